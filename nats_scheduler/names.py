@@ -1,0 +1,145 @@
+"""Every stream, subject, bucket and header name the provider uses, in one place.
+
+Layout under a prefix ``P`` (``ASTRABOX_NATS_PREFIX``, default ``SCHED``)::
+
+    stream  P_SCHEDULES   subjects P.sched.<deployment>           Schedule events
+    stream  P_RUNS        subjects P.run.<deployment>.<run>       Run events
+    bucket  P_LEASES      keys     <run>                          dispatch leases
+    service astrabox-scheduler (nats.micro)  subjects P.admin.>   admin service
+
+``<deployment>`` and ``<run>`` are :func:`token` encodings of the IDs: any string AstraBox
+sends becomes exactly one subject token, so an ID can never add a token, contain a wildcard
+or widen a filter (``list_runs('a')`` never sees ``a.b``, whose token is ``a%2Eb``).
+docs/architecture.md and docs/audit.md show these names with sample messages.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+# Header names, grouped by the ADR that defines them (see nats.js.api.Header).
+# ADR-31/JetStream publish: de-duplication and optimistic concurrency.
+HDR_MSG_ID = "Nats-Msg-Id"
+HDR_EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
+HDR_EXPECTED_STREAM = "Nats-Expected-Stream"
+
+# JetStream API error code for a failed expected-last-(subject-)sequence check (10071).
+ERR_WRONG_LAST_SEQUENCE = 10071
+# JetStream API error code for "no message found" on a direct/stream get (10037).
+ERR_NO_MESSAGE_FOUND = 10037
+
+SERVICE_NAME = "astrabox-scheduler"
+
+_SAFE = re.compile(rb"[A-Za-z0-9_\-]")
+_SAFE_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+MAX_ID_LENGTH = 255
+
+
+def token(value: str) -> str:
+    """Encode an ID as one subject token: bytes outside ``[A-Za-z0-9_-]`` become ``%XX``.
+
+    Injective (``%`` itself is escaped), readable for ordinary IDs (``daily-report`` stays
+    as it is), and never produces ``.``, ``*``, ``>``, whitespace or an empty token.
+    Raises ValueError for an empty ID, one longer than 255 characters, or one that is not
+    valid Unicode text (lone surrogates).
+    """
+    if not value:
+        raise ValueError("an ID must not be empty")
+    if len(value) > MAX_ID_LENGTH:
+        raise ValueError(f"an ID must be at most {MAX_ID_LENGTH} characters")
+    try:
+        raw = value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError("an ID must be valid Unicode text") from exc
+    return "".join(chr(b) if b in _SAFE_BYTES else f"%{b:02X}" for b in raw)
+
+
+def untoken(tok: str) -> str:
+    """The inverse of :func:`token`."""
+    out = bytearray()
+    i = 0
+    while i < len(tok):
+        if tok[i] == "%":
+            out.append(int(tok[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            out.append(ord(tok[i]))
+            i += 1
+    return out.decode("utf-8")
+
+
+def _digest(*parts: str) -> str:
+    h = hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass")).digest()
+    return base64.b32encode(h).decode("ascii").lower()[:25]
+
+
+def scheduled_run_id(deployment_id: str, due_at: datetime) -> str:
+    """The Run ID of one due time of one deployment: the same on every replica."""
+    return "s" + _digest("schedule", deployment_id, due_at.strftime("%Y-%m-%dT%H:%MZ"))
+
+
+def requested_run_id(deployment_id: str, request_id: str) -> str:
+    """The Run ID of an enqueue with an idempotency key: the same for every retry."""
+    return "q" + _digest("request", deployment_id, request_id)
+
+
+def random_run_id() -> str:
+    """A fresh Run ID for an enqueue without an idempotency key."""
+    return "m" + base64.b32encode(os.urandom(16)).decode("ascii").lower()[:25]
+
+
+@dataclass(frozen=True)
+class Names:
+    """The concrete names for one prefix."""
+
+    prefix: str = "SCHED"
+
+    @property
+    def schedules_stream(self) -> str:
+        return f"{self.prefix}_SCHEDULES"
+
+    @property
+    def runs_stream(self) -> str:
+        return f"{self.prefix}_RUNS"
+
+    @property
+    def leases_bucket(self) -> str:
+        return f"{self.prefix}_LEASES"
+
+    @property
+    def schedules_filter(self) -> str:
+        return f"{self.prefix}.sched.*"
+
+    @property
+    def runs_filter(self) -> str:
+        return f"{self.prefix}.run.*.*"
+
+    @property
+    def admin_prefix(self) -> str:
+        return f"{self.prefix}.admin"
+
+    def schedule_subject(self, deployment_id: str) -> str:
+        return f"{self.prefix}.sched.{token(deployment_id)}"
+
+    def deployment_runs_filter(self, deployment_id: str) -> str:
+        return f"{self.prefix}.run.{token(deployment_id)}.*"
+
+    def run_subject(self, deployment_id: str, run_id: str) -> str:
+        return f"{self.prefix}.run.{token(deployment_id)}.{token(run_id)}"
+
+    def run_lookup_filter(self, run_id: str) -> str:
+        """Matches the one subject of ``run_id`` whatever its deployment."""
+        return f"{self.prefix}.run.*.{token(run_id)}"
+
+    def lease_key(self, run_id: str) -> str:
+        return token(run_id)
+
+    def run_ids_of_subject(self, subject: str) -> tuple[str, str]:
+        """(deployment_id, run_id) of a run subject."""
+        _, _, dep, run = subject.split(".")
+        return untoken(dep), untoken(run)
