@@ -30,9 +30,9 @@ __all__ = [
     "RunPayload",
     "RunPermanentError",
     "RunState",
+    "Schedule",
     "ScheduleCapacityExceeded",
     "ScheduleNotFound",
-    "Schedule",
     "SchedulerConfigurationError",
     "SchedulerError",
     "SchedulerProperties",
@@ -279,7 +279,9 @@ class SchedulerProperties(msgspec.Struct, frozen=True):
 
     def __post_init__(self) -> None:
         if self.recovery_scope not in ("cluster", "executor"):
-            raise ValueError(f"recovery_scope must be 'cluster' or 'executor', got {self.recovery_scope!r}")
+            raise ValueError(
+                f"recovery_scope must be 'cluster' or 'executor', got {self.recovery_scope!r}"
+            )
         if self.max_active_schedules is not None and self.max_active_schedules < 1:
             raise ValueError("max_active_schedules must be None or >= 1")
         if self.pause_visibility_seconds < 0:

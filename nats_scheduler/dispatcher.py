@@ -1,0 +1,284 @@
+"""Dispatch: claim a Run, call the handler, store what it returned, retry, recover.
+
+One task per Run this process holds. The sequence per attempt follows SEAM.md: claim (lease
++ ``run.claimed``), ``start_session``, store the Session ID, ``admit_turn``, store the turn
+(``run.dispatched``). Transient failures wait a bounded, jittered backoff while the lease is
+kept; ``RunPermanentError`` or an exhausted budget ends FAILED.
+
+A recovery sweep resumes Runs nobody is working on: Runs whose lease expired (their holder
+died or paused), Runs released at a drain, and Runs created by a process that died before it
+claimed them. It looks only at the ledger's set of unfinished Runs, never at the history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+
+from . import runcore
+from .clock import Clock
+from .errors import Conflict
+from .events import RunEventType, RunRecord
+from .leases import Lease, Leases
+from .ledger import Ledger
+from .runcore import RetryPolicy
+from .runlog import RunLog
+from .seam import RunHandler, RunInvocation, RunPermanentError, RunState, SchedulerError
+
+log = logging.getLogger(__name__)
+
+
+class _LostRun(Exception):
+    """This process no longer holds the Run (lease lost or another writer appended)."""
+
+
+class _Holding:
+    """The state of one Run this process is dispatching."""
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+        self.lost = False
+        self.in_call = False
+        self.seq = 0
+        self.record: RunRecord | None = None
+
+
+class Dispatcher:
+    """Runs the dispatch tasks and the recovery sweep of one provider process."""
+
+    def __init__(
+        self,
+        *,
+        runlog: RunLog,
+        ledger: Ledger,
+        leases: Leases,
+        handler: RunHandler,
+        clock: Clock,
+        policy: RetryPolicy,
+        call_timeout: float,
+        max_concurrent: int,
+        claim_grace: float,
+    ) -> None:
+        self._runlog = runlog
+        self._ledger = ledger
+        self._leases = leases
+        self._handler = handler
+        self._clock = clock
+        self._policy = policy
+        self._call_timeout = call_timeout
+        self._semaphore = asyncio.Semaphore(max_concurrent)
+        self._claim_grace = timedelta(seconds=claim_grace)
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._holdings: dict[str, _Holding] = {}
+        self._stopping = False
+        self.identity = leases.identity
+
+    # ------------------------------------------------------------------ public
+
+    def submit(self, run_id: str) -> None:
+        """Try to dispatch ``run_id`` here (no-op if already here or stopping)."""
+        if self._stopping or run_id in self._tasks:
+            return
+        task = asyncio.create_task(self._dispatch(run_id), name=f"dispatch {run_id}")
+        self._tasks[run_id] = task
+        task.add_done_callback(lambda _t, r=run_id: self._tasks.pop(r, None))
+
+    @property
+    def in_flight(self) -> list[str]:
+        """Run IDs this process holds right now."""
+        return list(self._holdings)
+
+    async def sweep_once(self) -> int:
+        """Submit every unfinished Run that nobody live holds; returns how many."""
+        now = self._clock.now()
+        submitted = 0
+        for record in self._ledger.unfinished():
+            if record.run_id in self._tasks or self._stopping:
+                continue
+            if record.holder is None and now - record.updated_at < self._claim_grace:
+                continue  # its creator claims it first
+            try:
+                current = await self._leases.current(record.run_id)
+            except Exception:  # the store is struggling: look again next sweep
+                log.debug("lease lookup failed for %s", record.run_id, exc_info=True)
+                continue
+            if current is not None:
+                _, value = current
+                if value.holder != self.identity and not self._leases.expired(value):
+                    continue
+            self.submit(record.run_id)
+            submitted += 1
+        return submitted
+
+    async def sweep_forever(self, interval: float) -> None:
+        while not self._stopping:
+            try:
+                await self.sweep_once()
+            except Exception:
+                log.exception("recovery sweep failed")
+            await self._clock.sleep_until(self._clock.now() + timedelta(seconds=interval))
+
+    async def drain(self, timeout: float) -> None:
+        """Stop taking Runs; let handler calls in progress finish within ``timeout``.
+
+        Runs waiting for a retry are handed back at once; calls still running at the deadline
+        are cancelled. Either way the lease is released and the Run stays recoverable.
+        """
+        self._stopping = True
+        for run_id, task in list(self._tasks.items()):
+            holding = self._holdings.get(run_id)
+            if holding is None or not holding.in_call:
+                task.cancel()
+        tasks = list(self._tasks.values())
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=timeout)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=5.0)
+
+    # ------------------------------------------------------------------ one Run
+
+    async def _dispatch(self, run_id: str) -> None:
+        async with self._semaphore:
+            if self._stopping:
+                return
+            acquired = await self._leases.acquire(run_id)
+            if acquired is None:
+                return
+            lease, previous = acquired
+            holding = _Holding(lease)
+            self._holdings[run_id] = holding
+            me = asyncio.current_task()
+            assert me is not None
+            renewer = asyncio.create_task(self._renew(holding, me))
+            try:
+                await self._attempts(holding, previous)
+            except (_LostRun, Conflict):
+                log.info("run %s is now held by another process", run_id)
+            except SchedulerError:
+                log.warning("store unavailable while dispatching %s; will resume", run_id)
+            except asyncio.CancelledError:
+                if not holding.lost:
+                    await self._hand_back(holding)
+                raise
+            finally:
+                renewer.cancel()
+                self._holdings.pop(run_id, None)
+                if not holding.lost:
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(self._leases.release(holding.lease))
+
+    async def _attempts(self, holding: _Holding, previous: str | None) -> None:
+        known = self._ledger.get(holding.lease.run_id)
+        if known is None:
+            raise _LostRun()
+        fetched = await self._runlog.fetch(known.deployment_id, known.run_id)
+        if fetched is None:
+            raise _LostRun()
+        holding.seq, holding.record = fetched
+        while not holding.record.finished:
+            record = holding.record
+            if record.retry_at is not None and record.retry_at > self._clock.now():
+                await self._clock.sleep_until(record.retry_at)
+            await self._append(holding, runcore.claim(record, holder=self.identity,
+                                                      now=self._clock.now()))
+            await self._attempt(holding)
+
+    async def _attempt(self, holding: _Holding) -> None:
+        """One attempt: start_session, store it, admit_turn, store it; or record the failure."""
+        assert holding.record is not None
+        try:
+            session_id = await self._call(self._handler.start_session,
+                                          runcore.invocation(holding.record), holding)
+            if holding.record.session_id is None:
+                await self._append(holding, runcore.session_started(
+                    holding.record, session_id=session_id, now=self._clock.now(),
+                    actor=self.identity))
+            turn_id = await self._call(self._handler.admit_turn,
+                                       runcore.invocation(holding.record), holding)
+            await self._append(holding, runcore.dispatched(
+                holding.record, turn_id=turn_id, now=self._clock.now(), actor=self.identity))
+        except RunPermanentError as exc:
+            reason = runcore.describe_failure(exc)
+            await self._append(holding, runcore.failed(
+                holding.record, error=reason, now=self._clock.now(), actor=self.identity))
+        except (_LostRun, Conflict, SchedulerError):
+            raise
+        except Exception as exc:
+            await self._after_transient(holding, exc)
+
+    async def _after_transient(self, holding: _Holding, exc: Exception) -> None:
+        assert holding.record is not None
+        timed_out = isinstance(exc, TimeoutError)
+        reason = runcore.describe_failure(exc, timed_out=timed_out)
+        now = self._clock.now()
+        delay = self._policy.delay(holding.record.attempts)
+        if self._policy.exhausted(holding.record, now, delay):
+            error = f"gave up after {holding.record.attempts} attempts; last: {reason}"
+            await self._append(holding, runcore.failed(
+                holding.record, error=error, now=now, actor=self.identity))
+            return
+        await self._append(holding, runcore.attempt_failed(
+            holding.record, error=reason, retry_at=now + timedelta(seconds=delay), now=now,
+            actor=self.identity))
+
+    async def _call(
+        self,
+        method: Callable[[RunInvocation], Awaitable[str]],
+        invocation: RunInvocation,
+        holding: _Holding,
+    ) -> str:
+        holding.in_call = True
+        try:
+            result = await asyncio.wait_for(method(invocation), self._call_timeout)
+        finally:
+            holding.in_call = False
+        if holding.lost:
+            raise _LostRun()
+        if not isinstance(result, str) or not result:
+            raise ValueError(f"the handler returned {type(result).__name__}, not an ID")
+        return result
+
+    async def _append(self, holding: _Holding, event: RunEventType) -> None:
+        if holding.lost:
+            raise _LostRun()
+        holding.seq = await self._runlog.append(holding.seq, event)
+        holding.record = event.run
+
+    async def _hand_back(self, holding: _Holding) -> None:
+        """At a drain: mark the Run released so any replica resumes it at once."""
+        record = holding.record
+        if record is None or record.finished:
+            return
+        event = runcore.released(record, reason="the process holding it stopped",
+                                 now=self._clock.now(), actor=self.identity)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(self._runlog.append(holding.seq, event)), 2.0)
+
+    async def _renew(self, holding: _Holding, task: asyncio.Task[None]) -> None:
+        """Extend the lease every third of its length; cancel the dispatch if it is lost."""
+        period = timedelta(seconds=self._leases.lease_seconds / 3)
+        while True:
+            await self._clock.sleep_until(self._clock.now() + period)
+            try:
+                renewed = await self._leases.renew(holding.lease)
+            except Exception:
+                if self._clock.now() < holding.lease.value.expires_at:
+                    continue  # store trouble; try again before it expires
+                renewed = None
+            if renewed is None:
+                holding.lost = True
+                log.warning("lost the lease of run %s", holding.lease.run_id)
+                task.cancel()
+                return
+            holding.lease = renewed
+
+
+def is_dispatchable(record: RunRecord) -> bool:
+    """Whether a Run still needs dispatching."""
+    return record.state in (RunState.PENDING, RunState.DISPATCHING)

@@ -1,0 +1,239 @@
+"""The events the provider appends to its streams: the only source of truth.
+
+Every event is a frozen msgspec Struct in a tagged union, encoded as JSON so
+``nats stream view`` shows it readably. The tag (``"type"``) is an explicit, stable string
+such as ``"run.created"``: renaming a class never changes the wire. ``schema`` is the event
+schema version; evolution is additive (new fields get defaults, no field changes type,
+unknown fields are ignored when decoding), and tests/fixtures/events keeps a sample of every
+stored version that tests decode.
+
+Each event also carries the state of its aggregate *after* the event (``run`` or
+``schedule``). Readers therefore need only the LAST event of a subject to know a Run or a
+Schedule (one direct get, or a consumer with ``DeliverPolicy.LAST_PER_SUBJECT``), while the
+full subject history stays the audit trail. Writers compute that state with the pure
+functions of :mod:`nats_scheduler.runcore` / :mod:`nats_scheduler.schedulecore`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+
+from .seam import Run, RunPayload, RunState, Schedule, Trigger
+
+SCHEMA_VERSION = 1
+
+
+class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """The stored state of one Run: the seam's ``Run`` plus dispatch bookkeeping."""
+
+    run_id: str
+    deployment_id: str
+    trigger: Trigger
+    due_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    state: RunState
+    payload: RunPayload
+    session_id: str | None = None
+    turn_id: str | None = None
+    attempts: int = 0
+    error: str | None = None
+    replay_of: str | None = None
+    requested_by: str | None = None
+    reason: str | None = None
+    holder: str | None = None
+    """The process that claimed the current attempt (while DISPATCHING)."""
+    retry_at: datetime | None = None
+    """When the next attempt may start (while PENDING after a transient failure)."""
+    first_attempt_at: datetime | None = None
+    """Start of the first attempt: the retry budget's total time counts from here."""
+
+    @property
+    def finished(self) -> bool:
+        return self.state in (RunState.DISPATCHED, RunState.FAILED)
+
+    def to_run(self) -> Run:
+        """The seam's view of this record."""
+        return Run(
+            run_id=self.run_id,
+            deployment_id=self.deployment_id,
+            trigger=self.trigger,
+            due_at=self.due_at,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+            state=self.state,
+            payload=self.payload,
+            session_id=self.session_id,
+            turn_id=self.turn_id,
+            attempts=self.attempts,
+            error=self.error,
+            replay_of=self.replay_of,
+            requested_by=self.requested_by,
+        )
+
+
+class Hold(msgspec.Struct, frozen=True, kw_only=True):
+    """An operator hold: who paused the Schedule, when and why."""
+
+    by: str
+    reason: str
+    at: datetime
+
+
+class ScheduleRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """The stored state of one Schedule: AstraBox's definition plus the operator hold."""
+
+    deployment_id: str
+    name: str
+    cron: str
+    timezone: str
+    enabled: bool
+    payload: RunPayload
+    version: int = 0
+    deleted: bool = False
+    hold: Hold | None = None
+    updated_at: datetime
+
+    @property
+    def active(self) -> bool:
+        """Whether the calendar fires: enabled, not held, not deleted."""
+        return self.enabled and not self.deleted and self.hold is None
+
+    def definition(self) -> Schedule:
+        """AstraBox's Schedule as last applied."""
+        return Schedule(
+            deployment_id=self.deployment_id,
+            name=self.name,
+            cron=self.cron,
+            timezone=self.timezone,
+            enabled=self.enabled,
+            payload=self.payload,
+            version=self.version,
+        )
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """Common envelope: schema version, when, and which process (or operator) wrote it."""
+
+    schema: int = SCHEMA_VERSION
+    at: datetime
+    actor: str
+
+
+# ----------------------------------------------------------------------------- Run events
+
+
+class RunEvent(Event, frozen=True, kw_only=True):
+    run: RunRecord
+
+
+class RunCreated(RunEvent, frozen=True, kw_only=True, tag="run.created"):
+    """A Run was stored (a due time fired, or Run now / Replay was requested). PENDING."""
+
+
+class RunClaimed(RunEvent, frozen=True, kw_only=True, tag="run.claimed"):
+    """A process holds the Run's lease and starts attempt ``run.attempts``. DISPATCHING."""
+
+    holder: str
+    takeover_from: str | None = None
+
+
+class RunSessionStarted(RunEvent, frozen=True, kw_only=True, tag="run.session_started"):
+    """``start_session`` returned; the Session ID is stored before ``admit_turn``."""
+
+    session_id: str
+
+
+class RunAttemptFailed(RunEvent, frozen=True, kw_only=True, tag="run.attempt_failed"):
+    """A transient failure; the Run waits for ``retry_at``. PENDING."""
+
+    error: str
+    retry_at: datetime
+
+
+class RunDispatched(RunEvent, frozen=True, kw_only=True, tag="run.dispatched"):
+    """``admit_turn`` returned; the turn is stored. DISPATCHED (final)."""
+
+    turn_id: str
+
+
+class RunFailed(RunEvent, frozen=True, kw_only=True, tag="run.failed"):
+    """``RunPermanentError`` or the retry budget ran out. FAILED (final)."""
+
+    error: str
+
+
+class RunReleased(RunEvent, frozen=True, kw_only=True, tag="run.released"):
+    """The holder gave the Run back unfinished (drain at stop). PENDING."""
+
+    reason: str
+
+
+RunEventType = (
+    RunCreated | RunClaimed | RunSessionStarted | RunAttemptFailed | RunDispatched | RunFailed
+    | RunReleased
+)
+
+# ------------------------------------------------------------------------ Schedule events
+
+
+class ScheduleEvent(Event, frozen=True, kw_only=True):
+    schedule: ScheduleRecord
+
+
+class ScheduleApplied(ScheduleEvent, frozen=True, kw_only=True, tag="schedule.applied"):
+    """AstraBox created or replaced the Schedule's definition (``apply``/``reconcile``)."""
+
+
+class ScheduleDeleted(ScheduleEvent, frozen=True, kw_only=True, tag="schedule.deleted"):
+    """AstraBox deleted the Schedule; its Runs stay in the ledger."""
+
+
+class ScheduleHeld(ScheduleEvent, frozen=True, kw_only=True, tag="schedule.held"):
+    """An operator paused the Schedule (not cleared by apply/reconcile)."""
+
+    by: str
+    reason: str
+
+
+class ScheduleReleased(ScheduleEvent, frozen=True, kw_only=True, tag="schedule.released"):
+    """An operator lifted the hold."""
+
+    by: str
+    reason: str
+
+
+ScheduleEventType = ScheduleApplied | ScheduleDeleted | ScheduleHeld | ScheduleReleased
+
+AnyEvent = RunEventType | ScheduleEventType
+
+_encoder = msgspec.json.Encoder()
+_run_decoder = msgspec.json.Decoder(RunEventType)
+_schedule_decoder = msgspec.json.Decoder(ScheduleEventType)
+_any_decoder = msgspec.json.Decoder(AnyEvent)
+
+
+def encode(event: AnyEvent) -> bytes:
+    """JSON bytes of an event."""
+    return _encoder.encode(event)
+
+
+def decode_run_event(data: bytes) -> RunEventType:
+    return _run_decoder.decode(data)
+
+
+def decode_schedule_event(data: bytes) -> ScheduleEventType:
+    return _schedule_decoder.decode(data)
+
+
+def decode_event(data: bytes) -> AnyEvent:
+    return _any_decoder.decode(data)
+
+
+def to_builtins(event: AnyEvent) -> dict[str, object]:
+    """The event as plain JSON-compatible builtins (for ``--json`` output and the console)."""
+    result = msgspec.to_builtins(event)
+    assert isinstance(result, dict)
+    return result

@@ -1,0 +1,84 @@
+"""Follow a stream into an in-memory projection, starting from the last event per subject.
+
+Every event carries the state of its aggregate after it (events.py), so a projection needs
+only the last event of each subject: an ordered consumer with
+``DeliverPolicy.LAST_PER_SUBJECT`` replays one message per Run or Schedule, then keeps
+delivering new events. nats-py's ordered consumer recreates itself from the last seen stream
+sequence after a gap or missed heartbeats, so the projection heals after reconnects and
+leader changes. Applying is idempotent by sequence (the projection ignores what it already
+has), which also makes a writer's own read-your-writes update and the later delivery of the
+same event harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import nats.js.errors
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import DeliverPolicy
+
+log = logging.getLogger(__name__)
+
+OnMessage = Callable[[int, str, bytes], None]
+
+
+class Follower:
+    """One ordered consumer feeding ``on_message(stream_seq, subject, data)``."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        *,
+        stream: str,
+        filter_subject: str,
+        on_message: OnMessage,
+        heartbeat: float = 1.0,
+    ) -> None:
+        self._js = js
+        self._stream = stream
+        self._filter = filter_subject
+        self._on_message = on_message
+        self._heartbeat = heartbeat
+        self._sub: object | None = None
+        self._caught_up = asyncio.Event()
+        self._target_seq = 0
+        self.applied_seq = 0
+
+    async def start(self, timeout: float = 30.0) -> None:
+        """Subscribe and return once every event stored before the call has been applied."""
+        info = await self._js.stream_info(self._stream)
+        self._target_seq = info.state.last_seq if info.state.messages else 0
+        if self._target_seq == 0:
+            self._caught_up.set()
+        self._sub = await self._js.subscribe(
+            self._filter,
+            stream=self._stream,
+            cb=self._deliver,
+            ordered_consumer=True,
+            idle_heartbeat=self._heartbeat,
+            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+        )
+        await asyncio.wait_for(self._caught_up.wait(), timeout)
+
+    async def _deliver(self, msg: Msg) -> None:
+        meta = msg.metadata
+        seq = meta.sequence.stream
+        try:
+            self._on_message(seq, msg.subject, msg.data)
+        except Exception:  # a bad event must not stop the projection; it is logged
+            log.exception("could not apply event %s on %s", seq, msg.subject)
+        self.applied_seq = max(self.applied_seq, seq)
+        if seq >= self._target_seq or meta.num_pending == 0:
+            self._caught_up.set()
+
+    async def stop(self) -> None:
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            try:
+                await sub.unsubscribe()  # type: ignore[attr-defined]
+            except (nats.errors.Error, nats.js.errors.Error):
+                log.debug("unsubscribe failed", exc_info=True)

@@ -1,0 +1,147 @@
+"""Dispatch leases in a KV bucket: who may call the handler for a Run, and until when.
+
+A lease is one key per Run (the Run ID's token) whose value names the holder and the
+instant it expires. Every change is a compare-and-set on the key's revision (``kv.create``,
+``kv.update(last=...)``, ADR-8): never read-then-write, because KV reads are not
+read-after-write consistent across replicas. A process takes an expired lease over with the
+same CAS, so exactly one of several sweepers wins.
+
+The lease only decides who *tries*; it is not what makes a lost holder harmless. That is the
+Run's own subject: a new holder appends ``run.claimed`` conditionally on the subject's last
+sequence, after which every append of the old holder fails (DESIGN.md point 3).
+
+Expiry compares the holder's written ``expires_at`` with the reader's clock, so replicas'
+clocks must agree to well within the lease length (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import msgspec
+import nats.errors
+import nats.js.errors
+from nats.js.kv import KeyValue
+
+from . import errors
+from .clock import Clock
+from .names import token
+
+log = logging.getLogger(__name__)
+
+
+class LeaseValue(msgspec.Struct, frozen=True, kw_only=True):
+    """The JSON stored under a lease key (readable with ``nats kv get``)."""
+
+    run_id: str
+    holder: str
+    expires_at: datetime
+    acquired_at: datetime
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A lease this process holds: the key's revision is the proof."""
+
+    run_id: str
+    key: str
+    revision: int
+    value: LeaseValue
+
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder(LeaseValue).decode
+
+
+class Leases:
+    """Acquire, renew and release leases for one process (``identity``)."""
+
+    def __init__(self, kv: KeyValue, clock: Clock, identity: str, lease_seconds: float) -> None:
+        self._kv = kv
+        self._clock = clock
+        self.identity = identity
+        self.lease_seconds = lease_seconds
+
+    def _value(self, run_id: str, acquired_at: datetime | None = None) -> LeaseValue:
+        now = self._clock.now()
+        return LeaseValue(
+            run_id=run_id,
+            holder=self.identity,
+            expires_at=now + timedelta(seconds=self.lease_seconds),
+            acquired_at=acquired_at or now,
+        )
+
+    async def current(self, run_id: str) -> tuple[int, LeaseValue] | None:
+        """The lease on ``run_id`` as (revision, value), or None if nobody holds one."""
+        try:
+            entry = await self._kv.get(token(run_id))
+        except nats.js.errors.NotFoundError:  # KeyNotFoundError and KeyDeletedError
+            return None
+        if entry.value is None or entry.operation in ("DEL", "PURGE"):
+            return None
+        try:
+            return int(entry.revision or 0), _decode(entry.value)
+        except msgspec.DecodeError:
+            return int(entry.revision or 0), LeaseValue(
+                run_id=run_id, holder="?", expires_at=self._clock.now(),
+                acquired_at=self._clock.now(),
+            )
+
+    def expired(self, value: LeaseValue) -> bool:
+        return value.expires_at <= self._clock.now()
+
+    async def acquire(self, run_id: str) -> tuple[Lease, str | None] | None:
+        """Take the lease if it is free, expired, or already ours.
+
+        Returns (lease, previous holder when taken over) or None when another live process
+        holds it or won the race. Transient store trouble also returns None: the sweep tries
+        again later.
+        """
+        key = token(run_id)
+        value = self._value(run_id)
+        try:
+            revision = await self._kv.create(key, _encode(value))
+            return Lease(run_id, key, revision, value), None
+        except nats.js.errors.KeyWrongLastSequenceError:
+            pass
+        except Exception as exc:
+            if errors.is_transient(exc):
+                return None
+            raise
+        try:
+            current = await self.current(run_id)
+            if current is None:
+                # Deleted between our create and our read: the next sweep takes it.
+                return None
+            revision, held = current
+            if held.holder != self.identity and not self.expired(held):
+                return None
+            new_revision = await self._kv.update(key, _encode(value), last=revision)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return None
+        except Exception as exc:
+            if errors.is_transient(exc):
+                return None
+            raise
+        previous = held.holder if held.holder != self.identity else None
+        return Lease(run_id, key, new_revision, value), previous
+
+    async def renew(self, lease: Lease) -> Lease | None:
+        """Extend the lease; None when it was lost (someone else's CAS won)."""
+        value = self._value(lease.run_id, lease.value.acquired_at)
+        try:
+            revision = await self._kv.update(lease.key, _encode(value), last=lease.revision)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return None
+        return Lease(lease.run_id, lease.key, revision, value)
+
+    async def release(self, lease: Lease) -> None:
+        """Give the lease up (only if it is still ours: CAS on the revision)."""
+        try:
+            await self._kv.delete(lease.key, last=lease.revision)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            pass
+        except (nats.errors.Error, nats.js.errors.Error, OSError):
+            log.debug("releasing lease %s failed; it expires by itself", lease.key, exc_info=True)

@@ -1,0 +1,227 @@
+"""The functional core of a Run: commands return events, ``evolve`` folds them.
+
+No I/O here. The dispatcher decides what happens next with these functions and the store
+appends the event they return; readers fold with :func:`evolve`. Every function takes the
+current record and ``now`` explicitly, so tests run them without a server or a clock.
+
+Life of a Run (docs/architecture.md has the diagram)::
+
+    created -> claimed -> [session_started] -> dispatched
+                  |  \\-> attempt_failed -> claimed ... (retries, bounded)
+                  |  \\-> failed
+                  \\-> released -> claimed (after a drain)
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import msgspec
+
+from .events import (
+    RunAttemptFailed,
+    RunClaimed,
+    RunCreated,
+    RunDispatched,
+    RunEventType,
+    RunFailed,
+    RunRecord,
+    RunReleased,
+    RunSessionStarted,
+)
+from .seam import RunInvocation, RunPayload, RunState, Trigger
+
+
+class TransitionError(Exception):
+    """An event that cannot follow the Run's current state (a version gap or a bug)."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded exponential backoff with full jitter.
+
+    ``attempts`` caps the number of handler attempts; ``total`` (seconds, optional) caps the
+    time from the first attempt. ``rng`` is injectable so tests can pin the jitter.
+    """
+
+    attempts: int = 8
+    initial: float = 1.0
+    cap: float = 60.0
+    total: float | None = None
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        ceiling = min(self.cap, self.initial * (2 ** (attempt - 1)))
+        # Full jitter in [ceiling/2, ceiling]: spreads retries of many Runs that failed
+        # together, but never retries sooner than half the nominal backoff.
+        r = (rng or random).random()
+        return ceiling * (0.5 + 0.5 * r)
+
+    def exhausted(self, record: RunRecord, now: datetime, next_delay: float) -> bool:
+        """Whether no further attempt is allowed after the current one failed."""
+        if record.attempts >= self.attempts:
+            return True
+        if self.total is not None and record.first_attempt_at is not None:
+            deadline = record.first_attempt_at + timedelta(seconds=self.total)
+            return now + timedelta(seconds=next_delay) > deadline
+        return False
+
+
+def _require(record: RunRecord, *states: RunState) -> None:
+    if record.state not in states:
+        allowed = ", ".join(s.value for s in states)
+        raise TransitionError(f"run {record.run_id} is {record.state.value}, expected {allowed}")
+
+
+def create(
+    *,
+    run_id: str,
+    deployment_id: str,
+    trigger: Trigger,
+    due_at: datetime | None,
+    payload: RunPayload,
+    now: datetime,
+    actor: str,
+    replay_of: str | None = None,
+    requested_by: str | None = None,
+    reason: str | None = None,
+) -> RunCreated:
+    """A new PENDING Run."""
+    record = RunRecord(
+        run_id=run_id,
+        deployment_id=deployment_id,
+        trigger=trigger,
+        due_at=due_at,
+        created_at=now,
+        updated_at=now,
+        state=RunState.PENDING,
+        payload=payload,
+        replay_of=replay_of,
+        requested_by=requested_by,
+        reason=reason,
+    )
+    return RunCreated(at=now, actor=actor, run=record)
+
+
+def claim(record: RunRecord, *, holder: str, now: datetime) -> RunClaimed:
+    """Start the next attempt under ``holder``'s lease.
+
+    Allowed from PENDING, and from DISPATCHING when the previous holder's lease was lost
+    (a takeover: same Run ID, same stored Session ID).
+    """
+    _require(record, RunState.PENDING, RunState.DISPATCHING)
+    takeover = record.holder if record.state == RunState.DISPATCHING else None
+    new = msgspec.structs.replace(
+        record,
+        state=RunState.DISPATCHING,
+        holder=holder,
+        attempts=record.attempts + 1,
+        retry_at=None,
+        updated_at=now,
+        first_attempt_at=record.first_attempt_at or now,
+    )
+    return RunClaimed(at=now, actor=holder, run=new, holder=holder, takeover_from=takeover)
+
+
+def session_started(
+    record: RunRecord, *, session_id: str, now: datetime, actor: str
+) -> RunSessionStarted:
+    _require(record, RunState.DISPATCHING)
+    new = msgspec.structs.replace(record, session_id=session_id, updated_at=now)
+    return RunSessionStarted(at=now, actor=actor, run=new, session_id=session_id)
+
+
+def dispatched(record: RunRecord, *, turn_id: str, now: datetime, actor: str) -> RunDispatched:
+    _require(record, RunState.DISPATCHING)
+    new = msgspec.structs.replace(
+        record, state=RunState.DISPATCHED, turn_id=turn_id, holder=None, error=None,
+        updated_at=now,
+    )
+    return RunDispatched(at=now, actor=actor, run=new, turn_id=turn_id)
+
+
+def attempt_failed(
+    record: RunRecord, *, error: str, retry_at: datetime, now: datetime, actor: str
+) -> RunAttemptFailed:
+    _require(record, RunState.DISPATCHING)
+    new = msgspec.structs.replace(
+        record, state=RunState.PENDING, error=error, retry_at=retry_at, updated_at=now,
+    )
+    return RunAttemptFailed(at=now, actor=actor, run=new, error=error, retry_at=retry_at)
+
+
+def failed(record: RunRecord, *, error: str, now: datetime, actor: str) -> RunFailed:
+    _require(record, RunState.DISPATCHING, RunState.PENDING)
+    new = msgspec.structs.replace(
+        record, state=RunState.FAILED, error=error, holder=None, retry_at=None, updated_at=now,
+    )
+    return RunFailed(at=now, actor=actor, run=new, error=error)
+
+
+def released(record: RunRecord, *, reason: str, now: datetime, actor: str) -> RunReleased:
+    _require(record, RunState.DISPATCHING, RunState.PENDING)
+    new = msgspec.structs.replace(record, state=RunState.PENDING, holder=None, updated_at=now)
+    return RunReleased(at=now, actor=actor, run=new, reason=reason)
+
+
+def evolve(record: RunRecord | None, event: RunEventType) -> RunRecord:
+    """Fold one event into the Run's state, rejecting impossible transitions.
+
+    The event carries the state after it; ``evolve`` checks that this state is what the
+    command for that event type would have produced from ``record``.
+    """
+    if isinstance(event, RunCreated):
+        if record is not None:
+            raise TransitionError(f"run {event.run.run_id} already exists")
+        return event.run
+    if record is None:
+        raise TransitionError(f"run {event.run.run_id}: {type(event).__name__} before created")
+    if event.run.run_id != record.run_id:
+        raise TransitionError("event of another run")
+    expected = _replay(record, event)
+    if expected != event.run:
+        raise TransitionError(f"run {record.run_id}: event state does not follow from the Run")
+    return event.run
+
+
+def _replay(record: RunRecord, event: RunEventType) -> RunRecord:
+    at, actor = event.at, event.actor
+    if isinstance(event, RunClaimed):
+        return claim(record, holder=event.holder, now=at).run
+    if isinstance(event, RunSessionStarted):
+        return session_started(record, session_id=event.session_id, now=at, actor=actor).run
+    if isinstance(event, RunDispatched):
+        return dispatched(record, turn_id=event.turn_id, now=at, actor=actor).run
+    if isinstance(event, RunAttemptFailed):
+        return attempt_failed(record, error=event.error, retry_at=event.retry_at, now=at,
+                              actor=actor).run
+    if isinstance(event, RunFailed):
+        return failed(record, error=event.error, now=at, actor=actor).run
+    if isinstance(event, RunReleased):
+        return released(record, reason=event.reason, now=at, actor=actor).run
+    raise TransitionError(f"unknown event {type(event).__name__}")
+
+
+def invocation(record: RunRecord) -> RunInvocation:
+    """What the handler receives for the current attempt of ``record``."""
+    return RunInvocation(
+        run_id=record.run_id,
+        deployment_id=record.deployment_id,
+        trigger=record.trigger,
+        due_at=record.due_at,
+        payload=record.payload,
+        attempt=max(record.attempts, 1),
+        session_id=record.session_id,
+        replay_of=record.replay_of,
+    )
+
+
+def describe_failure(exc: BaseException, *, timed_out: bool = False) -> str:
+    """A short, provider-neutral reason for a handler failure (never engine text)."""
+    if timed_out:
+        return "the handler did not answer within the call timeout"
+    name = type(exc).__name__
+    text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+    return f"handler call failed ({name}): {text}" if text else f"handler call failed ({name})"

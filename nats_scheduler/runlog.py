@@ -1,0 +1,84 @@
+"""Writing and reading Run events: the store plus read-your-writes into the ledger.
+
+``create`` is the uniqueness constraint of a Run: the first event is appended with
+``Nats-Expected-Last-Subject-Sequence: 0`` on the Run's own subject, so of all the processes
+that create the same Run (every replica firing one due time; retries of one Run now), exactly
+one append succeeds, however long after the first (unlike the duplicate window). Every later
+event is appended on the sequence the writer last saw: the single-writer rule.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from .errors import Conflict
+from .events import RunCreated, RunEventType, RunRecord, decode_run_event, encode
+from .ledger import Ledger
+from .store import Store
+
+
+class RunLog:
+    """Append and read the events of Runs."""
+
+    def __init__(self, store: Store, ledger: Ledger) -> None:
+        self._store = store
+        self._ledger = ledger
+        self._names = store.names
+
+    async def create(self, event: RunCreated, *, msg_id: str) -> tuple[int, RunRecord, bool]:
+        """Store a new Run, or find the one that already holds its ID.
+
+        Returns (sequence, the stored record, whether THIS call created it). The second
+        writer of the same Run ID gets the first writer's record.
+        """
+        run = event.run
+        subject = self._names.run_subject(run.deployment_id, run.run_id)
+        try:
+            seq, duplicate = await self._store.append(
+                subject, encode(event), expected_seq=0, msg_id=msg_id
+            )
+        except Conflict:
+            duplicate = True
+            seq = 0
+        if duplicate:
+            existing = await self.fetch(run.deployment_id, run.run_id)
+            if existing is None:  # pragma: no cover - a Run subject is never emptied
+                raise RuntimeError(f"run {run.run_id} vanished")
+            seq, record = existing
+            return seq, record, record.created_at == run.created_at and record == run
+        self._ledger.apply(seq, run)
+        return seq, run, True
+
+    async def append(self, expected_seq: int, event: RunEventType) -> int:
+        """Append a later event of a Run on the sequence the writer last saw.
+
+        Raises :class:`Conflict` when someone else wrote to the Run since.
+        """
+        run = event.run
+        subject = self._names.run_subject(run.deployment_id, run.run_id)
+        msg_id = f"{run.run_id}:{expected_seq}:{uuid.uuid4().hex[:12]}"
+        seq, _ = await self._store.append(
+            subject, encode(event), expected_seq=expected_seq, msg_id=msg_id
+        )
+        self._ledger.apply(seq, run)
+        return seq
+
+    async def fetch(self, deployment_id: str, run_id: str) -> tuple[int, RunRecord] | None:
+        """The stored state of a Run (leader read), also applied to the ledger."""
+        last = await self._store.last(self._names.run_subject(deployment_id, run_id))
+        if last is None:
+            return None
+        record = decode_run_event(last.data).run
+        self._ledger.apply(last.seq, record)
+        return last.seq, record
+
+    async def find(self, run_id: str) -> tuple[int, RunRecord] | None:
+        """A Run by ID alone, whatever its deployment (one wildcard read)."""
+        last = await self._store.last(self._names.run_lookup_filter(run_id))
+        if last is None:
+            return None
+        record = decode_run_event(last.data).run
+        if record.run_id != run_id:
+            return None
+        self._ledger.apply(last.seq, record)
+        return last.seq, record

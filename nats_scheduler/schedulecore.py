@@ -1,0 +1,87 @@
+"""The functional core of a Schedule: decide what an apply, delete, hold or release writes.
+
+Each ``decide_*`` function takes the stored record (or None) and returns the event to append,
+or None when nothing must be written (the change is stale, equal or a no-op). The store then
+appends that event conditionally on the subject's last sequence, so a concurrent writer makes
+the append fail and the decision is taken again on fresh state.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+
+from .events import (
+    Hold,
+    ScheduleApplied,
+    ScheduleDeleted,
+    ScheduleHeld,
+    ScheduleRecord,
+    ScheduleReleased,
+)
+from .seam import Schedule
+
+
+def _definition_equal(record: ScheduleRecord, schedule: Schedule) -> bool:
+    return (not record.deleted) and record.definition() == schedule
+
+
+def decide_apply(
+    current: ScheduleRecord | None, schedule: Schedule, *, now: datetime, actor: str
+) -> ScheduleApplied | None:
+    """Create or replace, honouring version ordering (SEAM.md ``Schedule.version``).
+
+    Version 0 always replaces (last writer wins). Above 0, only a higher version replaces a
+    stored one; lower is ignored and equal is a no-op. An identical definition writes nothing.
+    An operator hold survives apply: only ``release`` clears it.
+    """
+    if current is not None:
+        if _definition_equal(current, schedule):
+            return None
+        if schedule.version > 0 and current.version > 0 and schedule.version <= current.version:
+            return None
+    record = ScheduleRecord(
+        deployment_id=schedule.deployment_id,
+        name=schedule.name,
+        cron=schedule.cron,
+        timezone=schedule.timezone,
+        enabled=schedule.enabled,
+        payload=schedule.payload,
+        version=schedule.version,
+        deleted=False,
+        hold=None if current is None or current.deleted else current.hold,
+        updated_at=now,
+    )
+    return ScheduleApplied(at=now, actor=actor, schedule=record)
+
+
+def decide_delete(
+    current: ScheduleRecord | None, *, now: datetime, actor: str
+) -> ScheduleDeleted | None:
+    """Mark deleted; deleting an unknown or already deleted Schedule writes nothing."""
+    if current is None or current.deleted:
+        return None
+    record = msgspec.structs.replace(current, deleted=True, hold=None, updated_at=now)
+    return ScheduleDeleted(at=now, actor=actor, schedule=record)
+
+
+def decide_hold(
+    current: ScheduleRecord, *, by: str, reason: str, now: datetime, actor: str
+) -> ScheduleHeld | None:
+    """Put an operator hold on the Schedule; holding a held Schedule writes nothing."""
+    if current.hold is not None:
+        return None
+    hold = Hold(by=by, reason=reason, at=now)
+    record = msgspec.structs.replace(current, hold=hold, updated_at=now)
+    return ScheduleHeld(at=now, actor=actor, schedule=record, by=by, reason=reason)
+
+
+def decide_release(
+    current: ScheduleRecord, *, by: str, reason: str, now: datetime, actor: str
+) -> ScheduleReleased | None:
+    """Lift the operator hold; releasing an unheld Schedule writes nothing."""
+    if current.hold is None:
+        return None
+    record = msgspec.structs.replace(current, hold=None, updated_at=now)
+    return ScheduleReleased(at=now, actor=actor, schedule=record, by=by, reason=reason)

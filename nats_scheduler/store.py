@@ -1,0 +1,352 @@
+"""The event store on JetStream: connecting, preparing streams, conditional appends, reads.
+
+Everything that talks to the server for the provider goes through :class:`Store`, so there is
+one place that retries transient failures (for ``store_retry_seconds``, long enough for a
+leader election) and one place that turns what is left into the seam's errors.
+
+Appends are conditional on the subject's last sequence
+(``Nats-Expected-Last-Subject-Sequence``). That header is the uniqueness constraint of a Run
+(expected ``0`` on the Run's own subject) and the single-writer rule of every later event.
+Each append also carries a ``Nats-Msg-Id``: after a lost acknowledgement, the resent message
+gets error 10071 rather than ``duplicate`` (NATS-FACTS.md, "retry trap"), so on 10071 the
+store reads the subject's last message and treats a matching ID as its own success.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import ssl
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import (
+    DiscardPolicy,
+    KeyValueConfig,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.kv import KeyValue
+
+from . import errors
+from .errors import Conflict
+from .names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_MSG_ID, Names
+from .seam import SchedulerConfigurationError
+from .settings import NatsSettings
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+MIN_SERVER_VERSION = (2, 12, 3)
+"""Conditional publishes had clustered-correctness fixes up to 2.12.3 (DESIGN.md)."""
+
+LEASE_BUCKET_TTL_SECONDS = 24 * 3600.0
+"""Lease keys (and their delete markers) age out after a day; live leases renew far sooner."""
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """The last message of a subject."""
+
+    subject: str
+    seq: int
+    data: bytes
+    msg_id: str | None
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """``"2.15.1"`` or ``"v2.12.3-beta"`` -> (2, 15, 1); unknown -> (0, 0, 0)."""
+    match = re.search(r"(\d+)\.(\d+)\.(\d+)", text or "")
+    if not match:
+        return (0, 0, 0)
+    major, minor, patch = (int(g) for g in match.groups())
+    return (major, minor, patch)
+
+
+def _tls_context(settings: NatsSettings) -> ssl.SSLContext | None:
+    if not (settings.tls_ca or settings.tls_cert):
+        return None
+    context = ssl.create_default_context(cafile=settings.tls_ca)
+    if settings.tls_cert and settings.tls_key:
+        context.load_cert_chain(settings.tls_cert, settings.tls_key)
+    return context
+
+
+def connect_options(settings: NatsSettings, name: str) -> dict[str, object]:
+    """The nats.connect keyword arguments for these settings (shared with CLI and console)."""
+
+    async def quiet(_exc: Exception) -> None:
+        # nats-py prints every connection error by default; the provider reports them
+        # through its own errors instead.
+        return None
+
+    options: dict[str, object] = {
+        "servers": settings.servers,
+        "name": name,
+        "connect_timeout": min(settings.connect_timeout, 2.0),
+        "error_cb": quiet,
+        # Fail fast on the FIRST connect (nats-py would otherwise retry for ~2 minutes,
+        # NATS-FACTS.md); :func:`connect` switches to unlimited reconnects afterwards.
+        "allow_reconnect": True,
+        "max_reconnect_attempts": 1,
+        "reconnect_time_wait": 0.1,
+        "ping_interval": 5,
+        "max_outstanding_pings": 3,
+    }
+    if settings.user is not None:
+        options["user"] = settings.user
+        options["password"] = settings.password
+    if settings.creds:
+        options["user_credentials"] = settings.creds
+    tls = _tls_context(settings)
+    if tls is not None:
+        options["tls"] = tls
+    return options
+
+
+async def connect(settings: NatsSettings, name: str) -> Client:
+    """Connect, failing within ``connect_timeout`` when no server answers.
+
+    Afterwards the connection reconnects forever: a provider that lost its server must come
+    back by itself once the server does.
+    """
+    options = connect_options(settings, name)
+    try:
+        nc = await asyncio.wait_for(nats.connect(**options), settings.connect_timeout)
+    except nats.errors.Error as exc:
+        if "authorization" in str(exc).lower() or isinstance(exc, nats.errors.AuthorizationError):
+            raise errors.misconfigured(
+                "the scheduler store refused the configured credentials "
+                "(check ASTRABOX_NATS_USER/ASTRABOX_NATS_PASSWORD or ASTRABOX_NATS_CREDS)", exc
+            ) from exc
+        raise errors.unavailable(
+            f"no server answered at the configured address within {settings.connect_timeout:g} s",
+            exc,
+        ) from exc
+    except (TimeoutError, OSError) as exc:
+        raise errors.unavailable(
+            f"no server answered at the configured address within {settings.connect_timeout:g} s",
+            exc,
+        ) from exc
+    nc.options["max_reconnect_attempts"] = -1
+    nc.options["reconnect_time_wait"] = 0.25
+    return nc
+
+
+class Store:
+    """JetStream access for one provider process.
+
+    ``retry_seconds`` bounds how long a transient failure is retried before the operation
+    raises SchedulerUnavailable.
+    """
+
+    def __init__(self, nc: Client, settings: NatsSettings) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream(timeout=2.0)
+        self.settings = settings
+        self.names = Names(settings.prefix)
+        self.retry_seconds = settings.store_retry_seconds
+        self._leases: KeyValue | None = None
+
+    # ---------------------------------------------------------------- retrying
+
+    async def retrying(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
+        """Run ``op``, retrying transient failures; SchedulerUnavailable when time runs out."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.retry_seconds
+        delay = 0.05
+        while True:
+            try:
+                return await op()
+            except (Conflict, errors.NotFound):
+                raise
+            except Exception as exc:
+                if not errors.is_transient(exc):
+                    raise errors.unavailable(what, exc) from exc
+                if loop.time() + delay > deadline:
+                    raise errors.unavailable(what, exc) from exc
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    # ---------------------------------------------------------------- preparing
+
+    async def check_server(self) -> None:
+        """Refuse servers older than 2.12.3 or without JetStream."""
+        version_text = str((self.nc._server_info or {}).get("version", ""))
+        if parse_version(version_text) < MIN_SERVER_VERSION:
+            need = ".".join(map(str, MIN_SERVER_VERSION))
+            raise SchedulerConfigurationError(
+                f"the scheduler store runs server version {version_text or 'unknown'}; "
+                f"the nats scheduler needs {need} or newer"
+            )
+        if not (self.nc._server_info or {}).get("jetstream", False):
+            raise SchedulerConfigurationError(
+                "the scheduler store has persistence switched off on the server; "
+                "enable it there or choose another provider"
+            )
+
+    def stream_configs(self) -> list[StreamConfig]:
+        names = self.names
+        common = dict(
+            retention=RetentionPolicy.LIMITS,
+            storage=StorageType.FILE,
+            num_replicas=self.settings.replicas,
+            discard=DiscardPolicy.OLD,
+            max_msgs_per_subject=-1,
+            allow_direct=True,
+            deny_delete=True,
+            duplicate_window=120.0,
+        )
+        return [
+            StreamConfig(
+                name=names.schedules_stream,
+                subjects=[names.schedules_filter],
+                description="AstraBox scheduler: Schedule events (applied/deleted/held/released)",
+                **common,  # type: ignore[arg-type]
+            ),
+            StreamConfig(
+                name=names.runs_stream,
+                subjects=[names.runs_filter],
+                description="AstraBox scheduler: Run events (created ... dispatched/failed)",
+                **common,  # type: ignore[arg-type]
+            ),
+        ]
+
+    async def ensure(self) -> None:
+        """Create or verify the streams and the lease bucket (idempotent, race-safe)."""
+        for config in self.stream_configs():
+            await self.retrying(
+                f"could not prepare {config.name}", lambda c=config: self._ensure_stream(c)
+            )
+        self._leases = await self.retrying("could not prepare the lease table", self._ensure_kv)
+
+    async def _ensure_stream(self, wanted: StreamConfig) -> None:
+        assert wanted.name is not None
+        try:
+            info = await self.js.stream_info(wanted.name)
+        except nats.js.errors.NotFoundError:
+            try:
+                await self.js.add_stream(wanted)
+                return
+            except nats.js.errors.BadRequestError:
+                info = await self.js.stream_info(wanted.name)  # another replica won the race
+        problems = incompatibilities(wanted, info.config)
+        if problems:
+            raise SchedulerConfigurationError(
+                f"the scheduler store already holds the event log {wanted.name}, set up in a "
+                f"way the scheduler cannot use: {'; '.join(problems)}"
+            )
+
+    async def _ensure_kv(self) -> KeyValue:
+        config = KeyValueConfig(
+            bucket=self.names.leases_bucket,
+            description="AstraBox scheduler: dispatch leases, one key per Run in flight",
+            history=1,
+            ttl=LEASE_BUCKET_TTL_SECONDS,
+            storage=StorageType.FILE,
+            replicas=self.settings.replicas,
+        )
+        try:
+            return await self.js.key_value(self.names.leases_bucket)
+        except nats.js.errors.BucketNotFoundError:
+            try:
+                return await self.js.create_key_value(config)
+            except nats.js.errors.BadRequestError:
+                return await self.js.key_value(self.names.leases_bucket)
+
+    @property
+    def leases(self) -> KeyValue:
+        assert self._leases is not None, "Store.ensure() first"
+        return self._leases
+
+    # ---------------------------------------------------------------- appends and reads
+
+    async def append(
+        self, subject: str, data: bytes, *, expected_seq: int, msg_id: str
+    ) -> tuple[int, bool]:
+        """Append if the subject's last sequence is ``expected_seq`` (0: subject empty).
+
+        Returns (sequence, duplicate). Raises :class:`Conflict` when another writer got there
+        first. ``duplicate`` means a message with this ``msg_id`` was already stored (ours,
+        resent after a lost ack, or a replica's with the same deterministic ID).
+        """
+        headers = {HDR_MSG_ID: msg_id, HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: str(expected_seq)}
+
+        async def op() -> tuple[int, bool]:
+            try:
+                ack = await self.js.publish(subject, data, headers=headers, timeout=2.0)
+                return ack.seq, bool(ack.duplicate)
+            except nats.js.errors.APIError as exc:
+                if not errors.is_conflict(exc):
+                    raise
+                last = await self._last(subject)
+                if last is not None and last.msg_id == msg_id:
+                    return last.seq, True
+                raise Conflict(subject) from exc
+
+        return await self.retrying("could not store an event", op)
+
+    async def _last(self, subject: str, stream: str | None = None) -> StoredMessage | None:
+        stream = stream or self._stream_of(subject)
+        try:
+            # Not a direct get: direct gets may be answered by a follower (ADR-8) and the
+            # provider's decisions need the leader's view.
+            msg = await self.js.get_last_msg(stream, subject)
+        except nats.js.errors.NotFoundError:
+            return None
+        except nats.js.errors.APIError as exc:
+            if errors.is_not_found(exc):
+                return None
+            raise
+        headers = msg.headers or {}
+        return StoredMessage(
+            subject=msg.subject or subject,
+            seq=int(msg.seq or 0),
+            data=msg.data or b"",
+            msg_id=headers.get(HDR_MSG_ID),
+        )
+
+    async def last(self, subject: str, stream: str | None = None) -> StoredMessage | None:
+        """The last message of ``subject`` (wildcards allowed), or None."""
+        return await self.retrying("could not read", lambda: self._last(subject, stream))
+
+    def _stream_of(self, subject: str) -> str:
+        if subject.startswith(f"{self.names.prefix}.run."):
+            return self.names.runs_stream
+        return self.names.schedules_stream
+
+    async def close(self) -> None:
+        try:
+            await asyncio.wait_for(self.nc.close(), 5.0)
+        except Exception:  # closing a broken connection must not fail a stop()
+            log.debug("closing the connection failed", exc_info=True)
+
+
+def incompatibilities(wanted: StreamConfig, actual: StreamConfig) -> list[str]:
+    """What in an existing event log's configuration would break the provider's guarantees.
+
+    Phrased for the operator who must fix it, without the engine's vocabulary (SEAM.md).
+    """
+    problems: list[str] = []
+    missing = set(wanted.subjects or []) - set(actual.subjects or [])
+    if missing:
+        problems.append(f"it does not accept the event names {sorted(missing)}")
+    if actual.retention not in (None, RetentionPolicy.LIMITS):
+        problems.append("it deletes events once they are read, but events are the history")
+    per_subject = actual.max_msgs_per_subject
+    if per_subject not in (None, -1):
+        problems.append(f"it keeps only {per_subject} events per Run or Schedule, not all of them")
+    if actual.discard not in (None, DiscardPolicy.OLD):
+        problems.append("it refuses new events when full instead of ageing out old ones")
+    if actual.storage not in (None, StorageType.FILE):
+        problems.append("it keeps events in memory only, so Run IDs would not be durable")
+    return problems

@@ -1,0 +1,146 @@
+"""The ticker: fire every due time of every active Schedule this process lives through.
+
+It keeps one heap entry per active Schedule (its next due time) and sleeps until the earliest
+one or until a Schedule changes, so its cost is O(log n) per due time, never a scan of all
+Schedules. Rules (SEAM.md guarantee 1, DESIGN.md point 6):
+
+- No backfill: a Schedule's first due time is computed from the moment this process starts,
+  or the moment the Schedule became active again. Times that passed while no process ran or
+  while it was disabled/held are skipped.
+- Late wake-ups (an event-loop stall, a suspended VM) still fire every due time passed since
+  the previous one: after firing a due time the next one is computed from that due time, not
+  from "now", and fired at once if it is already past.
+- Every replica fires; the store lets one Run win (``fire_due`` is idempotent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+
+from . import calendar
+from .clock import Clock
+from .events import ScheduleRecord
+
+log = logging.getLogger(__name__)
+
+Fire = Callable[[str, datetime], Awaitable[object]]
+
+
+class Ticker:
+    """Heap of next due times, one entry per active Schedule."""
+
+    def __init__(self, clock: Clock, fire: Fire, *, max_concurrent_fires: int = 256) -> None:
+        self._clock = clock
+        self._fire = fire
+        self._heap: list[tuple[datetime, int, str]] = []
+        self._current: dict[str, tuple[int, str, str]] = {}  # dep -> (generation, cron, tz)
+        self._generation = 0
+        self._wake = asyncio.Event()
+        self._fires: set[asyncio.Task[None]] = set()
+        self._limit = asyncio.Semaphore(max_concurrent_fires)
+        self._running = False
+        self.fired = 0
+
+    def update(self, record: ScheduleRecord) -> None:
+        """Plan ``record`` again after a change (from the Schedule table's listener)."""
+        known = self._current.get(record.deployment_id)
+        if not record.active:
+            if known is not None:
+                del self._current[record.deployment_id]  # its heap entry becomes stale
+            return
+        if known is not None and (known[1], known[2]) == (record.cron, record.timezone):
+            return  # same calendar: keep the planned due time
+        self._plan(record.deployment_id, record.cron, record.timezone, self._clock.now())
+
+    def _plan(self, deployment_id: str, cron: str, timezone: str, after: datetime) -> None:
+        try:
+            due = calendar.next_due(cron, timezone, after)
+        except ValueError:
+            log.warning("schedule %s has an invalid calendar; not firing it", deployment_id)
+            self._current.pop(deployment_id, None)
+            return
+        self._generation += 1
+        self._current[deployment_id] = (self._generation, cron, timezone)
+        if due is not None:
+            heapq.heappush(self._heap, (due, self._generation, deployment_id))
+        self._wake.set()
+
+    def next_due(self, deployment_id: str) -> datetime | None:
+        """The planned next due time of one Schedule (for status views)."""
+        known = self._current.get(deployment_id)
+        if known is None:
+            return None
+        for due, generation, dep in self._heap:
+            if dep == deployment_id and generation == known[0]:
+                return due
+        return None
+
+    @property
+    def planned(self) -> int:
+        return len(self._current)
+
+    async def run(self) -> None:
+        """Fire due times until cancelled."""
+        self._running = True
+        try:
+            while True:
+                await self._wait_for_next()
+                self._fire_all_due()
+        finally:
+            self._running = False
+
+    async def _wait_for_next(self) -> None:
+        self._drop_stale()
+        self._wake.clear()
+        if self._heap and self._heap[0][0] <= self._clock.now():
+            return
+        waiters = [asyncio.create_task(self._wake.wait())]
+        if self._heap:
+            waiters.append(asyncio.create_task(self._clock.sleep_until(self._heap[0][0])))
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    def _drop_stale(self) -> None:
+        while self._heap:
+            _, generation, dep = self._heap[0]
+            known = self._current.get(dep)
+            if known is not None and known[0] == generation:
+                return
+            heapq.heappop(self._heap)
+
+    def _fire_all_due(self) -> None:
+        now = self._clock.now()
+        while self._heap and self._heap[0][0] <= now:
+            due, generation, dep = heapq.heappop(self._heap)
+            known = self._current.get(dep)
+            if known is None or known[0] != generation:
+                continue
+            self._spawn(dep, due)
+            following = calendar.next_due(known[1], known[2], due)
+            if following is not None:
+                heapq.heappush(self._heap, (following, generation, dep))
+
+    def _spawn(self, deployment_id: str, due: datetime) -> None:
+        task = asyncio.create_task(self._fire_one(deployment_id, due))
+        self._fires.add(task)
+        task.add_done_callback(self._fires.discard)
+
+    async def _fire_one(self, deployment_id: str, due: datetime) -> None:
+        async with self._limit:
+            try:
+                await self._fire(deployment_id, due)
+                self.fired += 1
+            except Exception:
+                log.exception("firing %s at %s failed", deployment_id, due.isoformat())
+
+    async def wait_fires(self, timeout: float) -> None:
+        """Wait for firings in progress (used at stop)."""
+        if self._fires:
+            await asyncio.wait(list(self._fires), timeout=timeout)
