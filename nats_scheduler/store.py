@@ -39,7 +39,7 @@ from nats.js.kv import KeyValue
 from . import errors
 from .errors import Conflict
 from .names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_MSG_ID, Names
-from .seam import SchedulerConfigurationError
+from .seam import SchedulerConfigurationError, SchedulerError
 from .settings import NatsSettings
 
 log = logging.getLogger(__name__)
@@ -167,7 +167,7 @@ class Store:
         while True:
             try:
                 return await op()
-            except (Conflict, errors.NotFound):
+            except (Conflict, errors.NotFound, SchedulerError):
                 raise
             except Exception as exc:
                 if not errors.is_transient(exc):

@@ -1,0 +1,116 @@
+"""The ticker on an injected clock: every due time lived through, no backfill, stalls."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from nats_scheduler import calendar
+from nats_scheduler.clock import ManualClock
+from nats_scheduler.events import ScheduleRecord
+from nats_scheduler.seam import RunPayload
+from nats_scheduler.ticker import Ticker
+
+pytestmark = pytest.mark.anyio
+T0 = datetime(2030, 3, 30, 22, 0, 30, tzinfo=UTC)
+
+
+def record(dep: str, cron: str, tz: str = "UTC", *, enabled: bool = True) -> ScheduleRecord:
+    return ScheduleRecord(deployment_id=dep, name=dep, cron=cron, timezone=tz, enabled=enabled,
+                          payload=RunPayload("t", "p"), updated_at=T0)
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.clock = ManualClock(T0)
+        self.fired: list[tuple[str, datetime]] = []
+        self.ticker = Ticker(self.clock, self.fire)
+        self.task: asyncio.Task[None] | None = None
+
+    async def fire(self, dep: str, due: datetime) -> None:
+        self.fired.append((dep, due))
+
+    async def __aenter__(self) -> Harness:
+        self.task = asyncio.create_task(self.ticker.run())
+        await self.settle()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.task is not None
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+    async def settle(self) -> None:
+        """Let the ticker loop and its fire tasks run until it parks on the clock again."""
+        for _ in range(50):
+            await asyncio.sleep(0)
+        await self.ticker.wait_fires(timeout=5)
+        for _ in range(20):
+            await asyncio.sleep(0)
+
+    async def advance_by_minutes(self, minutes: int) -> None:
+        for _ in range(minutes):
+            self.clock.advance(60)
+            await self.settle()
+
+
+async def test_fires_every_due_time_it_lives_through() -> None:
+    async with Harness() as h:
+        h.ticker.update(record("d", "*/5 * * * *"))
+        await h.advance_by_minutes(30)
+        expected = calendar.due_times("*/5 * * * *", "UTC", T0, h.clock.now())
+        assert [d for _, d in h.fired] == expected
+        assert len(expected) == 6
+
+
+async def test_a_stall_fires_every_due_time_passed_since_the_last_tick() -> None:
+    async with Harness() as h:
+        h.ticker.update(record("d", "* * * * *"))
+        await h.settle()
+        h.clock.advance(timedelta(minutes=10))  # one jump: the loop slept through 10 minutes
+        await h.settle()
+        assert [d for _, d in h.fired] == calendar.due_times("* * * * *", "UTC", T0,
+                                                            h.clock.now() + timedelta(seconds=1))
+        assert len(h.fired) == 10
+
+
+async def test_no_backfill_for_times_before_start_or_while_disabled() -> None:
+    async with Harness() as h:
+        h.clock.advance(timedelta(minutes=5))  # nothing planned yet: these are not fired
+        await h.settle()
+        h.ticker.update(record("d", "* * * * *"))
+        await h.advance_by_minutes(2)
+        assert len(h.fired) == 2
+        h.ticker.update(record("d", "* * * * *", enabled=False))
+        await h.advance_by_minutes(5)
+        assert len(h.fired) == 2
+        h.ticker.update(record("d", "* * * * *"))
+        await h.advance_by_minutes(1)
+        fired = [d for _, d in h.fired]
+        assert len(fired) == 3
+        assert fired[2] - fired[1] == timedelta(minutes=6)  # the disabled minutes were skipped
+
+
+async def test_many_schedules_each_fire_their_own_times() -> None:
+    async with Harness() as h:
+        for i in range(200):
+            h.ticker.update(record(f"d{i}", f"{i % 60} * * * *"))
+        assert h.ticker.planned == 200
+        await h.advance_by_minutes(60)
+        assert len(h.fired) == 200
+        assert len(set(h.fired)) == 200
+
+
+async def test_calendar_change_replans_from_now_and_dst_gap_is_honoured() -> None:
+    async with Harness() as h:
+        # Europe/Berlin springs forward at 01:00 UTC on 2030-03-31; 02:30 local does not
+        # exist, so the wall-clock job fires once at 03:00 local (01:00 UTC).
+        h.ticker.update(record("d", "30 2 * * *", "Europe/Berlin"))
+        assert h.ticker.next_due("d") == datetime(2030, 3, 31, 1, 0, tzinfo=UTC)
+        h.ticker.update(record("d", "0 4 * * *", "Europe/Berlin"))
+        assert h.ticker.next_due("d") == datetime(2030, 3, 31, 2, 0, tzinfo=UTC)
+        h.clock.set(datetime(2030, 3, 31, 2, 0, 1, tzinfo=UTC))
+        await h.settle()
+        assert h.fired == [("d", datetime(2030, 3, 31, 2, 0, tzinfo=UTC))]
