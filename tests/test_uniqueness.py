@@ -28,8 +28,8 @@ async def test_concurrent_fire_due_from_several_providers_yields_one_run_each(
         schedule = Schedule("storm", "storm", "*/7 3 * * *", "America/New_York", True,
                             RunPayload("t", "p"), 1)
         await providers[0].apply(schedule)
-        dues = calendar.due_times(schedule.cron, schedule.timezone,
-                                  datetime(2031, 5, 1, tzinfo=UTC), datetime(2031, 5, 3, tzinfo=UTC))
+        window = (datetime(2031, 5, 1, tzinfo=UTC), datetime(2031, 5, 3, tzinfo=UTC))
+        dues = calendar.due_times(schedule.cron, schedule.timezone, *window)
         assert len(dues) == 18
         calls = [p.fire_due("storm", due) for due in dues for p in providers for _ in range(5)]
         runs = await asyncio.gather(*calls)
