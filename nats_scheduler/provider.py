@@ -450,8 +450,11 @@ class NatsSchedulerProvider:
         if self._dispatcher is not None and not record.finished:
             self._dispatcher.submit(record.run_id)
 
-    async def enqueue(self, request: EnqueueRequest) -> Run:
-        """Run now or Replay: stored (PENDING) on return; the calendar does not move."""
+    async def enqueue(self, request: EnqueueRequest, *, reason: str | None = None) -> Run:
+        """Run now or Replay: stored (PENDING) on return; the calendar does not move.
+
+        ``reason`` (not part of the seam) records why an operator asked, for the audit trail.
+        """
         _, runlog = self._require_started()
         if request.trigger not in (Trigger.RUN_NOW, Trigger.REPLAY):
             raise ValueError("enqueue takes run_now or replay")
@@ -478,7 +481,7 @@ class NatsSchedulerProvider:
         event = runcore.create(
             run_id=run_id, deployment_id=request.deployment_id, trigger=request.trigger,
             due_at=None, payload=payload, now=self._clock.now(), actor=self._identity,
-            replay_of=request.replay_of, requested_by=request.requested_by,
+            replay_of=request.replay_of, requested_by=request.requested_by, reason=reason,
         )
         _, stored, created = await runlog.create(event, msg_id=msg_id)
         if created:

@@ -1,0 +1,241 @@
+"""The admin API: request and answer types, error codes, and the backend protocol.
+
+The service (``service.py``, built on ``nats.micro``, endpoints under ``<PREFIX>.admin.``),
+the client (``client.py``) and the console (``admin_tui``) all speak these types. Every
+answer is JSON; an error answer is ``{"error": {"code": ..., "message": ...}}`` with a code
+from :class:`ErrorCode` (stable: scripts match on it) and a message in AstraBox's words.
+
+Endpoint subjects (``P`` = ``ASTRABOX_NATS_PREFIX``)::
+
+    P.admin.schedules.list      ScheduleListRequest   -> ScheduleList
+    P.admin.schedules.get       ScheduleRef           -> ScheduleDetail
+    P.admin.schedules.hold      OperatorAction        -> ScheduleView
+    P.admin.schedules.release   OperatorAction        -> ScheduleView
+    P.admin.schedules.hold_bulk    BulkAction         -> BulkResult
+    P.admin.schedules.release_bulk BulkAction         -> BulkResult
+    P.admin.runs.list           RunListRequest        -> RunList
+    P.admin.runs.get            RunRef                -> RunView
+    P.admin.runs.run_now        RunNowRequest         -> RunView
+    P.admin.runs.replay         ReplayRequest         -> RunView
+    P.admin.cluster.status      {}                    -> ClusterStatus
+    P.admin.health              {}                    -> Health
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import datetime
+from enum import StrEnum
+from typing import Protocol
+
+import msgspec
+
+from ..events import Hold
+from ..seam import RunPayload, RunState, Trigger
+
+
+class ErrorCode(StrEnum):
+    """Stable error codes of the admin API."""
+
+    INVALID_REQUEST = "invalid_request"
+    NOT_FOUND = "not_found"
+    FORBIDDEN = "forbidden"
+    UNAVAILABLE = "unavailable"
+    CONFLICT = "conflict"
+    INTERNAL = "internal"
+
+
+class AdminError(Exception):
+    """An admin request failed; ``code`` is one of :class:`ErrorCode`."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class ErrorBody(msgspec.Struct, frozen=True):
+    code: ErrorCode
+    message: str
+
+
+class ErrorAnswer(msgspec.Struct, frozen=True):
+    error: ErrorBody
+
+
+# ----------------------------------------------------------------------------- views
+
+
+class ScheduleView(msgspec.Struct, frozen=True, kw_only=True):
+    """One Schedule as operators see it."""
+
+    deployment_id: str
+    name: str
+    cron: str
+    timezone: str
+    enabled: bool
+    deleted: bool
+    version: int
+    payload: RunPayload
+    hold: Hold | None = None
+    state: str  # "enabled" | "disabled" | "held" | "deleted"
+    next_due: list[datetime] = []
+    last_run_state: RunState | None = None
+    last_run_at: datetime | None = None
+    failures_24h: int = 0
+    updated_at: datetime
+
+
+class RunView(msgspec.Struct, frozen=True, kw_only=True):
+    """One Run of the ledger (the seam's Run plus who and why)."""
+
+    run_id: str
+    deployment_id: str
+    trigger: Trigger
+    due_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    state: RunState
+    payload: RunPayload
+    session_id: str | None
+    turn_id: str | None
+    attempts: int
+    error: str | None
+    replay_of: str | None
+    requested_by: str | None
+    reason: str | None = None
+    holder: str | None = None
+
+
+class ScheduleDetail(msgspec.Struct, frozen=True, kw_only=True):
+    schedule: ScheduleView
+    upcoming: list[datetime]
+    dst_notes: list[str | None]  # one per upcoming due time: a DST label or None
+
+
+class ScheduleList(msgspec.Struct, frozen=True, kw_only=True):
+    schedules: list[ScheduleView]
+
+
+class RunList(msgspec.Struct, frozen=True, kw_only=True):
+    runs: list[RunView]
+    next_before: str | None = None
+
+
+class BulkResult(msgspec.Struct, frozen=True, kw_only=True):
+    changed: list[str]
+    unchanged: list[str]
+
+
+class ReplicaView(msgspec.Struct, frozen=True, kw_only=True):
+    identity: str
+    started_at: datetime | None = None
+    now: datetime | None = None  # the replica's clock, for skew
+    in_flight: list[str] = []
+    schedules_planned: int = 0
+
+
+class LeaseView(msgspec.Struct, frozen=True, kw_only=True):
+    run_id: str
+    holder: str
+    expires_at: datetime
+
+
+class StoreHealth(msgspec.Struct, frozen=True, kw_only=True):
+    reachable: bool
+    server_version: str | None = None
+    replicas: int | None = None
+    leader: str | None = None
+    detail: str | None = None
+
+
+class ClusterStatus(msgspec.Struct, frozen=True, kw_only=True):
+    replicas: list[ReplicaView]
+    leases: list[LeaseView]
+    in_flight: list[str]
+    store: StoreHealth
+
+
+class Health(msgspec.Struct, frozen=True, kw_only=True):
+    silent_stops: list[str]  # deployment IDs whose expected due time passed without a Run
+    stuck_runs: list[RunView]  # PENDING/DISPATCHING past their lease
+    failed_runs: list[RunView]  # FAILED in the last 24 h
+
+
+# ----------------------------------------------------------------------------- requests
+
+
+class ScheduleListRequest(msgspec.Struct, frozen=True, kw_only=True):
+    filter: str | None = None  # substring of deployment ID or name, case-insensitive
+    include_deleted: bool = False
+
+
+class ScheduleRef(msgspec.Struct, frozen=True, kw_only=True):
+    deployment_id: str
+
+
+class OperatorAction(msgspec.Struct, frozen=True, kw_only=True):
+    deployment_id: str
+    by: str
+    reason: str
+
+
+class BulkAction(msgspec.Struct, frozen=True, kw_only=True):
+    filter: str
+    by: str
+    reason: str
+
+
+class RunListRequest(msgspec.Struct, frozen=True, kw_only=True):
+    deployment_id: str
+    limit: int = 50
+    before: str | None = None
+
+
+class RunRef(msgspec.Struct, frozen=True, kw_only=True):
+    run_id: str
+
+
+class RunNowRequest(msgspec.Struct, frozen=True, kw_only=True):
+    deployment_id: str
+    by: str
+    reason: str | None = None
+    request_id: str | None = None
+
+
+class ReplayRequest(msgspec.Struct, frozen=True, kw_only=True):
+    run_id: str
+    by: str
+    reason: str | None = None
+    request_id: str | None = None
+
+
+# ----------------------------------------------------------------------------- backend
+
+
+class AdminBackend(Protocol):
+    """What the console and the CLI need; implemented by ``client.AdminClient``.
+
+    Every method raises :class:`AdminError` on failure. ``events`` yields decoded events
+    (``nats_scheduler.events``) as they are appended, newest last, optionally filtered.
+    ``can_act`` says whether the connected user may request actions (the auditor may not),
+    with a reason when not.
+    """
+
+    async def list_schedules(self, filter: str | None = None) -> list[ScheduleView]: ...
+    async def get_schedule(self, deployment_id: str) -> ScheduleDetail: ...
+    async def list_runs(self, deployment_id: str, *, limit: int = 50,
+                        before: str | None = None) -> RunList: ...
+    async def get_run(self, run_id: str) -> RunView: ...
+    async def hold(self, deployment_id: str, *, by: str, reason: str) -> ScheduleView: ...
+    async def release(self, deployment_id: str, *, by: str, reason: str) -> ScheduleView: ...
+    async def hold_bulk(self, filter: str, *, by: str, reason: str) -> BulkResult: ...
+    async def release_bulk(self, filter: str, *, by: str, reason: str) -> BulkResult: ...
+    async def run_now(self, deployment_id: str, *, by: str,
+                      reason: str | None = None) -> RunView: ...
+    async def replay(self, run_id: str, *, by: str, reason: str | None = None) -> RunView: ...
+    async def cluster_status(self) -> ClusterStatus: ...
+    async def health(self) -> Health: ...
+    def events(self, *, deployment_id: str | None = None,
+               types: set[str] | None = None, history: int = 100) -> AsyncIterator[object]: ...
+    async def can_act(self) -> tuple[bool, str | None]: ...
