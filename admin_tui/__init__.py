@@ -1,0 +1,1 @@
+"""The AstraBox scheduler console (``astrabox-sched-tui``), a Textual app."""

@@ -1,0 +1,28 @@
+# Development tasks. `pip install rust-just` gives `just`; every recipe uses .venv/bin/...
+
+python := "python3"
+
+# List recipes
+default:
+    @just --list
+
+# Create .venv and install the package with its dev extras
+setup:
+    {{python}} -m venv .venv
+    .venv/bin/pip install -q -e '.[dev]'
+
+# Run the test suite (the same command as the README and .ci/run)
+test *args:
+    .venv/bin/python -m pytest -q {{args}}
+
+# Lint
+lint:
+    .venv/bin/ruff check .
+
+# Run the demo (embedded nats-server in ./.demo/nats)
+demo *args:
+    .venv/bin/nats-scheduler demo {{args}}
+
+# Open the scheduler console
+tui:
+    .venv/bin/astrabox-sched-tui

@@ -1,0 +1,118 @@
+"""Shared fixtures: anyio backend, real nats-server processes, failure reports.
+
+Sections (append new ones at the end, e.g. provider fixtures):
+
+1. async backend
+2. failure reporting (server log tails attached to failed tests)
+3. NATS servers: session server, private server, 3-node cluster, testcontainers (opt-in)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+from nats_scheduler.natsserver import NatsCluster, NatsServer
+from nats_scheduler.testing.servers import (
+    DockerUnavailable,
+    testcontainers_nats,
+    testcontainers_requested,
+)
+
+# =========================================================================== 1. async backend
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    """Tests marked ``@pytest.mark.anyio`` run on asyncio (nats-py needs asyncio)."""
+    return "asyncio"
+
+
+# =========================================================================== 2. failure reporting
+
+_SERVER_FIXTURES = ("nats_server", "fresh_nats_server", "nats_cluster")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Attach the log tail of every server a failed test used to its report."""
+    report: pytest.TestReport = yield
+    if report.failed and report.when in ("setup", "call"):
+        funcargs = getattr(item, "funcargs", {})
+        for name in _SERVER_FIXTURES:
+            server = funcargs.get(name)
+            if isinstance(server, NatsServer):
+                report.sections.append((f"{name} log tail", server.log_tail(60)))
+            elif isinstance(server, NatsCluster):
+                report.sections.append((f"{name} log tails", server.log_tails(30)))
+    return report
+
+
+# =========================================================================== 3. NATS servers
+
+
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    """One JetStream server for the whole session.
+
+    Tests isolate themselves by a unique prefix (``unique_prefix()``) instead of a server
+    each, which keeps the suite fast. Do not kill or restart it: use ``fresh_nats_server``.
+    """
+    server = NatsServer(tmp_path_factory.mktemp("nats-session"), server_name="session")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def nats_url(nats_server: NatsServer) -> str:
+    """Client URL of the session server."""
+    return nats_server.url
+
+
+@pytest.fixture
+def fresh_nats_server(tmp_path: Path) -> Iterator[NatsServer]:
+    """A private JetStream server for tests that kill, pause or restart it."""
+    server = NatsServer(tmp_path / "nats", server_name="fresh")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def nats_cluster(tmp_path: Path) -> Iterator[NatsCluster]:
+    """A 3-node JetStream cluster on loopback (every node healthy, meta leader elected)."""
+    cluster = NatsCluster(tmp_path / "cluster")
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def nats_testcontainer() -> Iterator[str]:
+    """Client URL of a JetStream nats-server in Docker (testcontainers).
+
+    Opt-in with ``NATS_TESTCONTAINERS=1``; skips (never fails) without it or without a
+    Docker engine. The binary-based fixtures above are the default everywhere.
+    """
+    if not testcontainers_requested():
+        pytest.skip("testcontainers path is opt-in: set NATS_TESTCONTAINERS=1 (needs Docker)")
+    cm = testcontainers_nats()
+    try:
+        url = cm.__enter__()
+    except DockerUnavailable as exc:
+        pytest.skip(f"NATS_TESTCONTAINERS=1 but Docker is unavailable: {exc}")
+    try:
+        yield url
+    finally:
+        cm.__exit__(None, None, None)
