@@ -1,0 +1,64 @@
+"""The one mapping from engine errors to the seam's errors, pinned."""
+
+from __future__ import annotations
+
+import nats.errors
+import nats.js.errors
+import pytest
+
+from nats_scheduler import errors
+from nats_scheduler.seam import SchedulerConfigurationError, SchedulerUnavailable
+from tests.providers import assert_clean
+
+
+def api_error(cls: type[nats.js.errors.APIError], code: int, err_code: int) -> BaseException:
+    return cls(code=code, err_code=err_code, description="engine text with $JS and stream")
+
+
+TRANSIENT = [
+    nats.errors.TimeoutError(),
+    nats.errors.NoRespondersError(),
+    nats.errors.ConnectionClosedError(),
+    nats.errors.ConnectionReconnectingError(),
+    nats.errors.StaleConnectionError(),
+    nats.errors.NoServersError(),
+    nats.js.errors.NoStreamResponseError(),
+    TimeoutError(),
+    ConnectionResetError(),
+    api_error(nats.js.errors.ServiceUnavailableError, 503, 10008),
+    api_error(nats.js.errors.ServerError, 500, 10118),
+    api_error(nats.js.errors.BadRequestError, 400, 10158),
+]
+PERMANENT = [
+    api_error(nats.js.errors.BadRequestError, 400, 10071),
+    api_error(nats.js.errors.NotFoundError, 404, 10037),
+    api_error(nats.js.errors.BadRequestError, 400, 10058),
+    api_error(nats.js.errors.APIError, 400, 10023),
+    ValueError("bug"),
+]
+
+
+@pytest.mark.parametrize("exc", TRANSIENT, ids=lambda e: type(e).__name__)
+def test_transient_errors_are_retried(exc: BaseException) -> None:
+    assert errors.is_transient(exc)
+
+
+@pytest.mark.parametrize("exc", PERMANENT, ids=lambda e: type(e).__name__)
+def test_other_errors_are_not_retried(exc: BaseException) -> None:
+    assert not errors.is_transient(exc)
+
+
+def test_wrong_last_sequence_is_a_conflict_by_code_not_text() -> None:
+    assert errors.is_conflict(api_error(nats.js.errors.BadRequestError, 400, 10071))
+    assert not errors.is_conflict(api_error(nats.js.errors.BadRequestError, 400, 10058))
+    assert errors.is_not_found(api_error(nats.js.errors.APIError, 404, 10037))
+
+
+def test_seam_errors_keep_engine_text_out_of_the_message_but_chained() -> None:
+    cause = api_error(nats.js.errors.ServiceUnavailableError, 503, 10008)
+    error = errors.unavailable("could not store an event", cause)
+    assert isinstance(error, SchedulerUnavailable)
+    assert error.__cause__ is cause
+    assert_clean(str(error))
+    config = errors.misconfigured("needs ASTRABOX_NATS_URL", cause)
+    assert isinstance(config, SchedulerConfigurationError) and config.__cause__ is cause
