@@ -26,9 +26,20 @@ from .leases import Lease, Leases
 from .ledger import Ledger
 from .runcore import RetryPolicy
 from .runlog import RunLog
-from .seam import RunHandler, RunInvocation, RunPermanentError, RunState, SchedulerError
+from .seam import (
+    RunHandler,
+    RunInvocation,
+    RunPermanentError,
+    RunState,
+    SchedulerError,
+    Trigger,
+)
 
 log = logging.getLogger(__name__)
+
+NOT_STARTED_AFTER_PAUSE = (
+    "not started: its schedule was paused, held or deleted before this run was stored"
+)
 
 
 class _LostRun(Exception):
@@ -40,6 +51,7 @@ class _Holding:
 
     def __init__(self, lease: Lease) -> None:
         self.lease = lease
+        self.renewing = asyncio.Lock()  # the renewer and a fenced append never race their CAS
         self.lost = False
         self.in_call = False
         self.seq = 0
@@ -61,6 +73,7 @@ class Dispatcher:
         call_timeout: float,
         max_concurrent: int,
         claim_grace: float,
+        stored_after_pause: Callable[[RunRecord], Awaitable[bool]] | None = None,
     ) -> None:
         self._runlog = runlog
         self._ledger = ledger
@@ -71,6 +84,8 @@ class Dispatcher:
         self._call_timeout = call_timeout
         self._semaphore = asyncio.Semaphore(max_concurrent)
         self._claim_grace = timedelta(seconds=claim_grace)
+        self._stored_after_pause = stored_after_pause
+        self._vetted: set[str] = set()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._holdings: dict[str, _Holding] = {}
         self._stopping = False
@@ -78,13 +93,24 @@ class Dispatcher:
 
     # ------------------------------------------------------------------ public
 
-    def submit(self, run_id: str) -> None:
-        """Try to dispatch ``run_id`` here (no-op if already here or stopping)."""
+    def submit(self, run_id: str, *, vetted: bool = False) -> None:
+        """Try to dispatch ``run_id`` here (no-op if already here or stopping).
+
+        ``vetted``: the caller stored this scheduled Run within the pause-visibility bound of
+        its Schedule read, so the first claim need not ask whether it came after a pause.
+        """
         if self._stopping or run_id in self._tasks:
             return
+        if vetted:
+            self._vetted.add(run_id)
         task = asyncio.create_task(self._dispatch(run_id), name=f"dispatch {run_id}")
         self._tasks[run_id] = task
-        task.add_done_callback(lambda _t, r=run_id: self._tasks.pop(r, None))
+
+        def done(_task: asyncio.Task[None], run_id: str = run_id) -> None:
+            self._tasks.pop(run_id, None)
+            self._vetted.discard(run_id)
+
+        task.add_done_callback(done)
 
     @property
     def in_flight(self) -> list[str]:
@@ -181,13 +207,42 @@ class Dispatcher:
         if fetched is None:
             raise _LostRun()
         holding.seq, holding.record = fetched
+        if await self._refused_after_pause(holding):
+            return
         while not holding.record.finished:
             record = holding.record
             if record.retry_at is not None and record.retry_at > self._clock.now():
                 await self._clock.sleep_until(record.retry_at)
+            if self._stopping:
+                # A drain lets calls in progress finish; it never starts a new attempt
+                # (that would spend the retry budget on a shutdown). Hand the Run back.
+                await self._hand_back(holding)
+                return
             await self._append(holding, runcore.claim(record, holder=self.identity,
                                                       now=self._clock.now()))
             await self._attempt(holding)
+
+    async def _refused_after_pause(self, holding: _Holding) -> bool:
+        """Never start a scheduled Run that reached the store after its Schedule stopped.
+
+        A replica frozen (or cut off) between its fresh Schedule read and the socket write can
+        have its create stored long after a pause it could not see. Such a Run is recorded
+        FAILED with a reason instead of reaching the handler, so no Run stored later than
+        the pause-visibility bound is ever started. Checked once, before the first claim.
+        """
+        record = holding.record
+        assert record is not None
+        if (record.run_id in self._vetted or self._stored_after_pause is None
+                or record.trigger != Trigger.SCHEDULE or record.attempts > 0
+                or record.finished):
+            return False
+        if not await self._stored_after_pause(record):
+            return False
+        log.warning("run %s reached the store after its schedule stopped; not starting it",
+                    record.run_id)
+        await self._append(holding, runcore.failed(
+            record, error=NOT_STARTED_AFTER_PAUSE, now=self._clock.now(), actor=self.identity))
+        return True
 
     async def _attempt(self, holding: _Holding) -> None:
         """One attempt: start_session, store it, admit_turn, store it; or record the failure."""
@@ -245,7 +300,18 @@ class Dispatcher:
         return result
 
     async def _append(self, holding: _Holding, event: RunEventType) -> None:
+        """Append on the last sequence this holder saw, and only while it holds the lease.
+
+        A holder that was paused or starved past its lease's expiry re-proves ownership with
+        a CAS renewal first, so once another process took the lease it writes nothing more.
+        Whatever could slip between that check and the write is refused by the Run's
+        sequence as soon as the new holder's ``run.claimed`` is stored (DESIGN.md point 3).
+        """
         if holding.lost:
+            raise _LostRun()
+        if self._clock.now() >= holding.lease.value.expires_at and not await self._renew_once(
+            holding
+        ):
             raise _LostRun()
         holding.seq = await self._runlog.append(holding.seq, event)
         holding.record = event.run
@@ -255,28 +321,39 @@ class Dispatcher:
         record = holding.record
         if record is None or record.finished:
             return
+        if self._clock.now() >= holding.lease.value.expires_at:
+            return  # not ours for sure any more: its expiry hands it over anyway
         event = runcore.released(record, reason="the process holding it stopped",
                                  now=self._clock.now(), actor=self.identity)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(asyncio.shield(self._runlog.append(holding.seq, event)), 2.0)
+
+    async def _renew_once(self, holding: _Holding) -> bool:
+        """Extend the lease by CAS now; False (and ``lost``) once it is someone else's."""
+        async with holding.renewing:
+            if holding.lost:
+                return False
+            try:
+                renewed = await self._leases.renew(holding.lease)
+            except Exception:
+                if self._clock.now() < holding.lease.value.expires_at:
+                    return True  # store trouble; the lease still runs, try again later
+                renewed = None
+            if renewed is None:
+                holding.lost = True
+                log.warning("lost the lease of run %s", holding.lease.run_id)
+                return False
+            holding.lease = renewed
+            return True
 
     async def _renew(self, holding: _Holding, task: asyncio.Task[None]) -> None:
         """Extend the lease every third of its length; cancel the dispatch if it is lost."""
         period = timedelta(seconds=self._leases.lease_seconds / 3)
         while True:
             await self._clock.sleep_until(self._clock.now() + period)
-            try:
-                renewed = await self._leases.renew(holding.lease)
-            except Exception:
-                if self._clock.now() < holding.lease.value.expires_at:
-                    continue  # store trouble; try again before it expires
-                renewed = None
-            if renewed is None:
-                holding.lost = True
-                log.warning("lost the lease of run %s", holding.lease.run_id)
+            if not await self._renew_once(holding):
                 task.cancel()
                 return
-            holding.lease = renewed
 
 
 def is_dispatchable(record: RunRecord) -> bool:

@@ -59,7 +59,11 @@ TRANSIENT_TYPES: tuple[type[BaseException], ...] = (
 # JetStream API error codes that mean "try again soon": no leader / not enough peers /
 # cluster busy. (nats-server: JSClusterNotAvailErr 10008, JSStreamOfflineErr 10118,
 # JSClusterNoPeersErr 10005, JSInsufficientResourcesErr 10023 is NOT transient.)
-TRANSIENT_ERR_CODES = frozenset({10008, 10118, 10005})
+# JSStreamDuplicateMessageConflict 10158 "duplicate message id is in process": on a
+# clustered stream, a message with the same Nats-Msg-Id is still being proposed (another
+# replica firing the same due time, or our own resend after a timeout); once it settles,
+# the retry gets "duplicate" or 10071 and the store resolves it as usual.
+TRANSIENT_ERR_CODES = frozenset({10008, 10118, 10005, 10158})
 
 
 def is_conflict(exc: BaseException) -> bool:

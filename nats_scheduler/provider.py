@@ -62,12 +62,35 @@ from .ticker import Ticker
 log = logging.getLogger(__name__)
 
 PAUSE_VISIBILITY_SECONDS = 0.5
-"""Proven bound (tests/test_pause_visibility*): ``fire_due`` re-reads the Schedule from the
-stream leader right before it stores a Run, so a disable is visible to every replica as soon
-as ``apply`` returns; the bound covers that read-to-store window."""
+"""No scheduled Run stored later than this after ``apply(enabled=False)`` returned is started.
+
+``fire_due`` reads the Schedule from the stream leader and sends the create only while that
+read is younger than ``FIRE_READ_MAX_AGE``; a create that still reaches the store late (a
+frozen process, a stalled connection) is refused by the dispatcher before its first claim.
+The derivation is in docs/architecture.md ("Firing and pause visibility"); the tests are
+tests/test_pause_visibility.py, the figures bench/pause_visibility.py."""
+
+FIRE_READ_MAX_AGE = 0.2
+"""Seconds a Schedule read may age before the Run create it allows is sent (else: read again).
+
+Part of the pause-visibility bound: a create decided on a read older than this never leaves."""
+
+
+class _StaleRead(Exception):
+    """The Schedule read behind a firing aged past ``FIRE_READ_MAX_AGE`` before the create."""
+
 
 MAX_EVENT_BYTES = 512 * 1024
 """Refuse Schedules whose events would not fit comfortably in the server's max payload."""
+
+EVENT_HEADROOM_BYTES = 32 * 1024
+"""What a Schedule's later events (hold with who and why) and its Runs' events (IDs, times,
+holder, requested_by, reason, error) may add to the Schedule's own event. A Schedule is
+refused unless its event plus this room fits the server's max payload, so every event it
+leads to can be stored (tests/test_hostile_input.py)."""
+
+MAX_NOTE_CHARS = 1000
+"""Longest ``by``/``reason``/``requested_by`` text an operator action or enqueue may carry."""
 
 
 def _identity() -> str:
@@ -78,6 +101,25 @@ def _utc(value: datetime, what: str) -> datetime:
     if value.tzinfo is None:
         raise ValueError(f"{what} must be a timezone-aware datetime")
     return value.astimezone(UTC)
+
+
+def _text_problem(value: str, max_chars: int | None = None) -> str | None:
+    """Why ``value`` cannot be stored as event text (lone surrogates, too long), or None."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid Unicode text"
+    if max_chars is not None and len(value) > max_chars:
+        return f"is longer than {max_chars} characters"
+    return None
+
+
+def _check_notes(**notes: str | None) -> None:
+    """ValueError naming the first operator note (who, why) that cannot be stored."""
+    for what, value in notes.items():
+        problem = None if value is None else _text_problem(value, MAX_NOTE_CHARS)
+        if problem is not None:
+            raise ValueError(f"{what} {problem}")
 
 
 def _check_id(value: str, what: str) -> str:
@@ -114,6 +156,8 @@ class NatsSchedulerProvider:
         self._background: list[asyncio.Task[None]] = []
         self._started = False
         self._stopped = False
+        self.stale_fires = 0
+        """Firings whose Schedule read aged before the create and was done again."""
 
     # ------------------------------------------------------------------ properties
 
@@ -203,6 +247,7 @@ class NatsSchedulerProvider:
             call_timeout=settings.call_timeout,
             max_concurrent=settings.max_concurrent_dispatch,
             claim_grace=min(1.0, settings.lease_seconds),
+            stored_after_pause=self._stored_after_pause,
         )
         self._ticker = Ticker(self._clock, self.fire_due)
         for record in self._table.all():
@@ -297,6 +342,15 @@ class NatsSchedulerProvider:
 
     def _validate(self, schedule: Schedule) -> None:
         _check_id(schedule.deployment_id, f"deployment ID {schedule.deployment_id[:80]!r}")
+        texts = {"name": schedule.name, "cron": schedule.cron, "timezone": schedule.timezone,
+                 "target": schedule.payload.target, "prompt": schedule.payload.prompt}
+        for what, value in texts.items():
+            problem = _text_problem(value)
+            if problem is not None:
+                raise InvalidSchedule(
+                    f"schedule of deployment {schedule.deployment_id!r} is invalid: "
+                    f"its {what} {problem}"
+                )
         try:
             calendar.validate(schedule.cron, schedule.timezone)
         except InvalidSchedule as exc:
@@ -311,10 +365,11 @@ class NatsSchedulerProvider:
         now = self._clock.now()
         event = schedulecore.decide_apply(None, schedule, now=now, actor=self._identity)
         assert event is not None
-        if len(encode(event)) > MAX_EVENT_BYTES:
+        limit = self._max_event_bytes()
+        if len(encode(event)) > limit:
             raise InvalidSchedule(
                 f"schedule of deployment {schedule.deployment_id!r} is too large "
-                f"(target and prompt must stay under {MAX_EVENT_BYTES // 1024} KiB)"
+                f"(target and prompt must stay under {limit // 1024} KiB)"
             )
 
         def decide(current: ScheduleRecord | None) -> ScheduleEvent | None:
@@ -325,6 +380,11 @@ class NatsSchedulerProvider:
             return decided
 
         await self._write_schedule(schedule.deployment_id, decide)
+
+    def _max_event_bytes(self) -> int:
+        """The largest Schedule event whose later events all fit the server's max payload."""
+        server_max = self.store.nc.max_payload or MAX_EVENT_BYTES
+        return max(0, min(MAX_EVENT_BYTES, server_max - EVENT_HEADROOM_BYTES))
 
     def _check_capacity(self, deployment_id: str, current: ScheduleRecord | None) -> None:
         if current is not None and current.enabled and not current.deleted:
@@ -363,6 +423,7 @@ class NatsSchedulerProvider:
             raise ValueError("an operator action needs the name of who asks for it")
         if not reason or not reason.strip():
             raise ValueError("an operator hold or release needs a reason")
+        _check_notes(by=by, reason=reason)
 
         def decide(current: ScheduleRecord | None) -> ScheduleEvent | None:
             if current is None or current.deleted:
@@ -418,7 +479,9 @@ class NatsSchedulerProvider:
         Returns the Run (also when another process stored it first), None when the Schedule
         is unknown, deleted, disabled or held; InvalidSchedule when ``due_at`` is not one of
         its due times. The Schedule is read from the stream leader right before the Run is
-        stored: that read is what bounds pause visibility.
+        stored, and the create is sent only while that read is younger than
+        ``FIRE_READ_MAX_AGE``; an older read (a stalled loop or connection) is done again.
+        That bounds pause visibility (docs/architecture.md, "Firing and pause visibility").
         """
         _, runlog = self._require_started()
         due = _utc(due_at, "due_at")
@@ -426,29 +489,110 @@ class NatsSchedulerProvider:
             token(deployment_id)
         except (ValueError, TypeError):
             return None
-        record = await self._read_schedule(deployment_id)
-        if record is None or not record.active:
-            return None
-        if not calendar.is_due_time(record.cron, record.timezone, due):
-            raise InvalidSchedule(
-                f"{due.isoformat()} is not a due time of deployment {deployment_id!r}"
-            )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.store_retry_seconds
+        delay = 0.05
+        while True:
+            read_at = self._clock.now()
+            record = await self._read_schedule(deployment_id)
+            if record is None or not record.active:
+                return None
+            if not calendar.is_due_time(record.cron, record.timezone, due):
+                raise InvalidSchedule(
+                    f"{due.isoformat()} is not a due time of deployment {deployment_id!r}"
+                )
+            # Past the deadline a busy process still fires (liveness): the create may then
+            # leave on an older read, and the dispatcher checks such a Run against the
+            # Schedule as it stood when the Run was stored (``_stored_after_pause``).
+            fresh_only = loop.time() < deadline
+            try:
+                return await self._create_scheduled(runlog, record, due, read_at,
+                                                     fresh_only=fresh_only)
+            except _StaleRead:
+                self.stale_fires += 1
+                log.info("schedule read for %s aged before the create; reading again",
+                         deployment_id)
+            except SchedulerUnavailable:
+                if loop.time() + delay > deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    async def _create_scheduled(
+        self, runlog: RunLog, record: ScheduleRecord, due: datetime, read_at: datetime,
+        *, fresh_only: bool = True,
+    ) -> Run:
+        """Send the create of a scheduled Run once, if the Schedule read is still fresh.
+
+        With ``fresh_only=False`` (the firing's retry time is used up) it is sent anyway and
+        the Run is left for the dispatcher's pause check.
+
+        Not while disconnected either: the client would buffer the create and send it after
+        reconnecting, maybe long after a pause it could not see.
+        """
+        now = self._clock.now()
+        if fresh_only and (now - read_at).total_seconds() > FIRE_READ_MAX_AGE:
+            raise _StaleRead()
+        if not self.store.nc.is_connected:
+            raise SchedulerUnavailable("the scheduler store is unavailable: not connected")
+        deployment_id = record.deployment_id
         run_id = scheduled_run_id(deployment_id, due)
         event = runcore.create(
             run_id=run_id, deployment_id=deployment_id, trigger=Trigger.SCHEDULE, due_at=due,
-            payload=record.payload, now=self._clock.now(), actor=self._identity,
+            payload=record.payload, now=now, actor=self._identity,
         )
         # DESIGN.md point 2: the create carries deployment + due time as its Msg-Id, and
-        # is conditional on the Run's subject being empty.
+        # is conditional on the Run's subject being empty. It is sent once (no store-level
+        # retry): a retry re-reads the Schedule first, so no create leaves on a stale read.
         msg_id = f"{token(deployment_id)}@{due.strftime('%Y-%m-%dT%H:%MZ')}"
-        _, stored, created = await runlog.create(event, msg_id=msg_id)
+        _, stored, created = await runlog.create(event, msg_id=msg_id, retry_seconds=0)
         if created:
-            self._submit(stored)
+            # Acknowledged within the bound of the read: stored within it too, so the
+            # dispatcher need not check it against a pause (see _stored_after_pause).
+            age = (self._clock.now() - read_at).total_seconds()
+            self._submit(stored, vetted=age <= PAUSE_VISIBILITY_SECONDS)
         return stored.to_run()
 
-    def _submit(self, record: RunRecord) -> None:
+    async def _stored_after_pause(self, record: RunRecord) -> bool:
+        """Whether a scheduled Run reached the store only after its Schedule stopped firing.
+
+        Decided on the server's timestamps: the Run's first event against the Schedule as it
+        stood at that instant. Runs stored within ``FIRE_READ_MAX_AGE`` of being decided
+        (all of them, unless their replica froze or its connection stalled mid-send) need
+        only one read.
+        """
+        store = self.store
+        first = await store.next(store.names.run_subject(record.deployment_id, record.run_id))
+        if first is None or first.stored_at is None:
+            return False
+        if (first.stored_at - record.created_at).total_seconds() <= FIRE_READ_MAX_AGE:
+            return False
+        schedule = await self._schedule_at(record.deployment_id, first.stored_at)
+        return schedule is not None and not schedule.active
+
+    async def _schedule_at(self, deployment_id: str, instant: datetime) -> ScheduleRecord | None:
+        """The Schedule as its last event stored at or before ``instant`` left it.
+
+        One read when nothing changed since (the usual case); otherwise a walk over the
+        Schedule's own events, which are few (one per change, never one per firing).
+        """
+        store = self.store
+        subject = store.names.schedule_subject(deployment_id)
+        last = await store.last(subject)
+        if last is None or (last.stored_at is not None and last.stored_at <= instant):
+            return None if last is None else decode_schedule_event(last.data).schedule
+        state: ScheduleRecord | None = None
+        seq = 1
+        while (msg := await store.next(subject, seq)) is not None:
+            if msg.stored_at is not None and msg.stored_at > instant:
+                break
+            state = decode_schedule_event(msg.data).schedule
+            seq = msg.seq + 1
+        return state
+
+    def _submit(self, record: RunRecord, *, vetted: bool = False) -> None:
         if self._dispatcher is not None and not record.finished:
-            self._dispatcher.submit(record.run_id)
+            self._dispatcher.submit(record.run_id, vetted=vetted)
 
     async def enqueue(self, request: EnqueueRequest, *, reason: str | None = None) -> Run:
         """Run now or Replay: stored (PENDING) on return; the calendar does not move.
@@ -458,6 +602,7 @@ class NatsSchedulerProvider:
         _, runlog = self._require_started()
         if request.trigger not in (Trigger.RUN_NOW, Trigger.REPLAY):
             raise ValueError("enqueue takes run_now or replay")
+        _check_notes(requested_by=request.requested_by, reason=reason)
         schedule = await self._read_schedule(request.deployment_id) if self._token_ok(
             request.deployment_id) else None
         if schedule is None or schedule.deleted:

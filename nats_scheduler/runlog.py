@@ -25,17 +25,21 @@ class RunLog:
         self._ledger = ledger
         self._names = store.names
 
-    async def create(self, event: RunCreated, *, msg_id: str) -> tuple[int, RunRecord, bool]:
+    async def create(
+        self, event: RunCreated, *, msg_id: str, retry_seconds: float | None = None
+    ) -> tuple[int, RunRecord, bool]:
         """Store a new Run, or find the one that already holds its ID.
 
         Returns (sequence, the stored record, whether THIS call created it). The second
-        writer of the same Run ID gets the first writer's record.
+        writer of the same Run ID gets the first writer's record. ``retry_seconds`` bounds
+        the retries of the append itself (see :meth:`Store.append`).
         """
         run = event.run
         subject = self._names.run_subject(run.deployment_id, run.run_id)
         try:
             seq, duplicate = await self._store.append(
-                subject, encode(event), expected_seq=0, msg_id=msg_id
+                subject, encode(event), expected_seq=0, msg_id=msg_id,
+                retry_seconds=retry_seconds,
             )
         except Conflict:
             duplicate = True

@@ -20,6 +20,7 @@ import re
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TypeVar
 
 import nats
@@ -55,12 +56,14 @@ LEASE_BUCKET_TTL_SECONDS = 24 * 3600.0
 
 @dataclass(frozen=True)
 class StoredMessage:
-    """The last message of a subject."""
+    """One message of a subject, as the stream leader stored it."""
 
     subject: str
     seq: int
     data: bytes
     msg_id: str | None
+    stored_at: datetime | None = None
+    """The server's timestamp of storing it."""
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
@@ -113,33 +116,62 @@ def connect_options(settings: NatsSettings, name: str) -> dict[str, object]:
     return options
 
 
-async def connect(settings: NatsSettings, name: str) -> Client:
+async def connect(
+    settings: NatsSettings,
+    name: str,
+    *,
+    disconnected_cb: Callable[[], Awaitable[None]] | None = None,
+    reconnected_cb: Callable[[], Awaitable[None]] | None = None,
+) -> Client:
     """Connect, failing within ``connect_timeout`` when no server answers.
 
     Afterwards the connection reconnects forever: a provider that lost its server must come
-    back by itself once the server does.
+    back by itself once the server does. The callbacks let a console say so while it waits.
     """
     options = connect_options(settings, name)
+    if disconnected_cb is not None:
+        options["disconnected_cb"] = disconnected_cb
+    if reconnected_cb is not None:
+        options["reconnected_cb"] = reconnected_cb
+    seen: list[Exception] = []
+
+    async def remember(exc: Exception) -> None:
+        # nats-py reports why a first connect fails (refused credentials, TLS) only to this
+        # callback, then raises NoServersError or hangs until the timeout: keep the reason.
+        if len(seen) < 8:
+            seen.append(exc)
+
+    options["error_cb"] = remember
     try:
         nc = await asyncio.wait_for(nats.connect(**options), settings.connect_timeout)
-    except nats.errors.Error as exc:
-        if "authorization" in str(exc).lower() or isinstance(exc, nats.errors.AuthorizationError):
-            raise errors.misconfigured(
-                "the scheduler store refused the configured credentials "
-                "(check ASTRABOX_NATS_USER/ASTRABOX_NATS_PASSWORD or ASTRABOX_NATS_CREDS)", exc
-            ) from exc
-        raise errors.unavailable(
-            f"no server answered at the configured address within {settings.connect_timeout:g} s",
-            exc,
-        ) from exc
-    except (TimeoutError, OSError) as exc:
-        raise errors.unavailable(
-            f"no server answered at the configured address within {settings.connect_timeout:g} s",
-            exc,
-        ) from exc
+    except (nats.errors.Error, TimeoutError, OSError) as exc:
+        raise _connect_failure(settings, exc, seen) from exc
     nc.options["max_reconnect_attempts"] = -1
     nc.options["reconnect_time_wait"] = 0.25
     return nc
+
+
+def _connect_failure(
+    settings: NatsSettings, exc: BaseException, seen: list[Exception]
+) -> SchedulerError:
+    """The seam's error for a failed first connect, naming the setting to check."""
+    reasons = [exc, *seen]
+    if any(isinstance(e, nats.errors.AuthorizationError) or "authorization" in str(e).lower()
+           for e in reasons):
+        return errors.misconfigured(
+            "the scheduler store refused the configured credentials "
+            "(check ASTRABOX_NATS_USER/ASTRABOX_NATS_PASSWORD or ASTRABOX_NATS_CREDS)", exc)
+    if any(isinstance(e, ssl.SSLCertVerificationError) for e in reasons):
+        return errors.misconfigured(
+            "the scheduler store's TLS certificate is not trusted "
+            "(check ASTRABOX_NATS_TLS_CA and the host name in ASTRABOX_NATS_URL)", exc)
+    if any(isinstance(e, ssl.SSLError) for e in reasons):
+        return errors.misconfigured(
+            "the scheduler store refused the TLS connection; it may require a client "
+            "certificate (ASTRABOX_NATS_TLS_CERT and ASTRABOX_NATS_TLS_KEY)", exc)
+    return errors.unavailable(
+        f"no server answered at the configured address within {settings.connect_timeout:g} s",
+        exc)
 
 
 class Store:
@@ -159,10 +191,16 @@ class Store:
 
     # ---------------------------------------------------------------- retrying
 
-    async def retrying(self, what: str, op: Callable[[], Awaitable[T]]) -> T:
-        """Run ``op``, retrying transient failures; SchedulerUnavailable when time runs out."""
+    async def retrying(
+        self, what: str, op: Callable[[], Awaitable[T]], retry_seconds: float | None = None
+    ) -> T:
+        """Run ``op``, retrying transient failures; SchedulerUnavailable when time runs out.
+
+        ``retry_seconds`` overrides the store's budget for this call (0: one attempt).
+        """
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.retry_seconds
+        budget = self.retry_seconds if retry_seconds is None else retry_seconds
+        deadline = loop.time() + budget
         delay = 0.05
         while True:
             try:
@@ -271,13 +309,16 @@ class Store:
     # ---------------------------------------------------------------- appends and reads
 
     async def append(
-        self, subject: str, data: bytes, *, expected_seq: int, msg_id: str
+        self, subject: str, data: bytes, *, expected_seq: int, msg_id: str,
+        retry_seconds: float | None = None,
     ) -> tuple[int, bool]:
         """Append if the subject's last sequence is ``expected_seq`` (0: subject empty).
 
         Returns (sequence, duplicate). Raises :class:`Conflict` when another writer got there
         first. ``duplicate`` means a message with this ``msg_id`` was already stored (ours,
         resent after a lost ack, or a replica's with the same deterministic ID).
+        ``retry_seconds=0`` sends once: for a write whose decision must not be re-sent later
+        (a scheduled Run's create, decided on a Schedule read that ages).
         """
         headers = {HDR_MSG_ID: msg_id, HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: str(expected_seq)}
 
@@ -293,14 +334,19 @@ class Store:
                     return last.seq, True
                 raise Conflict(subject) from exc
 
-        return await self.retrying("could not store an event", op)
+        return await self.retrying("could not store an event", op, retry_seconds)
 
-    async def _last(self, subject: str, stream: str | None = None) -> StoredMessage | None:
+    async def _last(
+        self, subject: str, stream: str | None = None, *, next_from: int | None = None
+    ) -> StoredMessage | None:
         stream = stream or self._stream_of(subject)
         try:
             # Not a direct get: direct gets may be answered by a follower (ADR-8) and the
             # provider's decisions need the leader's view.
-            msg = await self.js.get_last_msg(stream, subject)
+            if next_from is not None:
+                msg = await self.js.get_msg(stream, seq=next_from, subject=subject, next=True)
+            else:
+                msg = await self.js.get_last_msg(stream, subject)
         except nats.js.errors.NotFoundError:
             return None
         except nats.js.errors.APIError as exc:
@@ -313,11 +359,20 @@ class Store:
             seq=int(msg.seq or 0),
             data=msg.data or b"",
             msg_id=headers.get(HDR_MSG_ID),
+            stored_at=msg.time,
         )
 
     async def last(self, subject: str, stream: str | None = None) -> StoredMessage | None:
         """The last message of ``subject`` (wildcards allowed), or None."""
         return await self.retrying("could not read", lambda: self._last(subject, stream))
+
+    async def next(self, subject: str, from_seq: int = 1) -> StoredMessage | None:
+        """The first message of ``subject`` at or after stream sequence ``from_seq``, or None.
+
+        ``from_seq=1``: the subject's first message (e.g. a Run's ``run.created``).
+        """
+        return await self.retrying("could not read",
+                                   lambda: self._last(subject, next_from=max(1, from_seq)))
 
     def _stream_of(self, subject: str) -> str:
         if subject.startswith(f"{self.names.prefix}.run."):

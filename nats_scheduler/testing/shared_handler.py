@@ -10,9 +10,18 @@ call creates the Session (or turn), every later call - from any process - return
 Each call is recorded (process, method, Run, attempt, session) so tests can count.
 
 Behaviour can be steered per deployment through the ``rules`` table (set from a test
-process): ``fail_transient:N`` (the next N calls fail), ``fail_permanent``, ``slow:SECONDS``
-(sleep inside the call, to have a call in flight when a replica is killed) and
-``hold_between`` (after start_session, wait SECONDS before returning from admit_turn).
+process): ``fail_transient:N`` (the next N calls fail), ``fail_permanent``, ``slow:SECONDS``,
+``slow_start:SECONDS`` and ``slow_admit:SECONDS`` (sleep inside the call), and the two
+deterministic ones that multi-process tests use to have a call in flight at a known point:
+
+- ``hang_start``: ``start_session`` records a ``hang`` call on entry, then waits until the
+  rule is cleared (or changed), then proceeds. A test waits for that record, then kills or
+  pauses the process: "killed before start_session returned".
+- ``hang_admit``: the same in ``admit_turn``, i.e. after the Session ID was returned and
+  stored: "killed between start_session and admit_turn".
+
+Waiting polls the shared file, so clearing the rule from the test process releases every
+process blocked on it; a cancelled call (lost lease, drain) stops waiting at once.
 """
 
 from __future__ import annotations
@@ -40,6 +49,9 @@ CREATE TABLE IF NOT EXISTS calls (id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL 
                                   session_id TEXT, outcome TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS rules (deployment_id TEXT PRIMARY KEY, rule TEXT NOT NULL);
 """
+
+HANG_POLL_SECONDS = 0.02
+"""How often a call blocked by a ``hang_*`` rule looks whether the rule was cleared."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +120,10 @@ class SqliteRunHandler:
         if rule is None:
             return
         kind, _, arg = rule.partition(":")
+        if (kind, method) in (("hang_start", "start_session"), ("hang_admit", "admit_turn")):
+            await asyncio.to_thread(self._record, invocation, method, "hang")
+            await self._wait_cleared(invocation.deployment_id, rule)
+            return
         if kind == "fail_transient":
             self._record(invocation, method, "transient")
             raise ConnectionError("handler unavailable (steered)")
@@ -118,6 +134,23 @@ class SqliteRunHandler:
             kind == "slow_start" and method == "start_session"
         ):
             await asyncio.sleep(float(arg or "1"))
+
+    async def _wait_cleared(self, deployment_id: str, rule: str) -> None:
+        """Block until the deployment's rule is no longer ``rule`` (polls the shared file)."""
+        while True:
+            if await asyncio.to_thread(self.rule, deployment_id) != rule:
+                return
+            await asyncio.sleep(HANG_POLL_SECONDS)
+
+    def rule(self, deployment_id: str) -> str | None:
+        """The rule currently set for a deployment, if any."""
+        conn = _connect(self.path)
+        try:
+            row = conn.execute("SELECT rule FROM rules WHERE deployment_id = ?",
+                               (deployment_id,)).fetchone()
+            return None if row is None else str(row[0])
+        finally:
+            conn.close()
 
     def _take_rule(self, deployment_id: str) -> str | None:
         conn = _connect(self.path)

@@ -1,0 +1,307 @@
+"""Spawn, drive, kill, pause and resume provider replicas (``testing.replica``) from asyncio.
+
+:class:`ReplicaProcess` is one replica OS process: ``send`` a command and await its answer,
+``wait_for`` an event line, and the signals the fault tests need (``kill`` = SIGKILL,
+``pause``/``resume`` = SIGSTOP/SIGCONT), always by the process's own PID.
+:class:`ReplicaSet` spawns several and, on exit, stops every one still running (gracefully,
+then by SIGKILL), even when the test failed: a replica never outlives its test. A replica
+also exits by itself when its stdin closes, which covers a test process that was killed.
+
+Each replica's stderr goes to ``<log_dir>/<identity>.log`` (appended across restarts) so a
+failing test can show :meth:`ReplicaProcess.log_tail`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Self
+
+__all__ = ["ReplicaError", "ReplicaProcess", "ReplicaSet"]
+
+Message = dict[str, Any]
+
+
+def _append_log(path: Path) -> IO[bytes]:
+    """The replica's stderr file (opened once per spawn; the child keeps its own handle)."""
+    return path.open("ab")
+
+
+class ReplicaError(RuntimeError):
+    """A replica answered a command with an error, died, or did not answer in time."""
+
+
+class ReplicaProcess:
+    """One ``python -m nats_scheduler.testing.replica`` process."""
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        prefix: str,
+        handler_db: str | os.PathLike[str],
+        identity: str,
+        log_dir: str | os.PathLike[str],
+        lease_seconds: float | None = None,
+        settings: Mapping[str, object] | None = None,
+        log_level: str = "WARNING",
+    ) -> None:
+        self.url = url
+        self.prefix = prefix
+        self.handler_db = Path(handler_db)
+        self.identity = identity
+        self.log_path = Path(log_dir) / f"{identity}.log"
+        self.lease_seconds = lease_seconds
+        self.settings = dict(settings or {})
+        self.log_level = log_level
+        self._proc: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._answers: dict[int, asyncio.Future[Message]] = {}
+        self._ids = itertools.count(1)
+        self.events: list[Message] = []
+        self._changed = asyncio.Event()
+        self.paused = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "nats_scheduler.testing.replica", "--url", self.url,
+               "--prefix", self.prefix, "--handler-db", str(self.handler_db),
+               "--identity", self.identity, "--log-level", self.log_level]
+        if self.lease_seconds is not None:
+            cmd += ["--lease-seconds", str(self.lease_seconds)]
+        if self.settings:
+            cmd += ["--settings", json.dumps(self.settings)]
+        return cmd
+
+    async def start(self, timeout: float = 30.0) -> Self:
+        """Spawn the process and wait for its ``ready`` line."""
+        if self.running:
+            raise ReplicaError(f"replica {self.identity} is already running")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.events = []
+        with _append_log(self.log_path) as log:
+            self._proc = await asyncio.create_subprocess_exec(
+                *self.command(), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=log, limit=1 << 22,
+            )
+        self.paused = False
+        self._reader = asyncio.create_task(self._read(self._proc))
+        try:
+            await self.wait_for(lambda m: m.get("event") == "ready", timeout)
+        except BaseException:
+            self.kill()
+            raise
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.returncode is None
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self._proc is None else self._proc.returncode
+
+    async def _read(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        while True:
+            line = await proc.stdout.readline()
+            if not line:
+                break
+            try:
+                message = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            ident = message.get("id")
+            future = self._answers.pop(ident, None) if ident is not None else None
+            if future is not None and not future.done():
+                future.set_result(message)
+            else:
+                self.events.append(message)
+            self._changed.set()
+        await proc.wait()
+        for future in self._answers.values():
+            if not future.done():
+                future.set_exception(ReplicaError(
+                    f"replica {self.identity} exited ({proc.returncode}) before answering"))
+        self._answers.clear()
+        self._changed.set()
+
+    # ------------------------------------------------------------------ commands
+
+    async def send(self, op: str, *, timeout: float = 30.0, check: bool = True,
+                   **fields: Any) -> Message:
+        """Send one command and await its answer; ReplicaError on ``ok: false`` if ``check``."""
+        proc = self._proc
+        if proc is None or proc.returncode is not None or proc.stdin is None:
+            raise ReplicaError(f"replica {self.identity} is not running")
+        ident = next(self._ids)
+        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._answers[ident] = future
+        proc.stdin.write((json.dumps({"id": ident, "op": op, **fields}) + "\n").encode())
+        await proc.stdin.drain()
+        try:
+            answer = await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            self._answers.pop(ident, None)
+            raise ReplicaError(
+                f"replica {self.identity} did not answer {op} in {timeout} s") from None
+        if check and not answer.get("ok"):
+            raise ReplicaError(f"replica {self.identity}: {op} failed: {answer.get('error')}")
+        return answer
+
+    async def wait_for(self, predicate: Callable[[Message], bool], timeout: float) -> Message:
+        """The first event line (not an answer) matching ``predicate``, waiting up to timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        seen = 0
+        while True:
+            self._changed.clear()
+            for message in self.events[seen:]:
+                if predicate(message):
+                    return message
+            seen = len(self.events)
+            if not self.running and self._reader is not None and self._reader.done():
+                raise ReplicaError(f"replica {self.identity} exited ({self.returncode}); "
+                                   f"log tail:\n{self.log_tail()}")
+            left = deadline - loop.time()
+            if left <= 0:
+                raise ReplicaError(f"replica {self.identity}: no matching event in {timeout} s")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), left)
+
+    # ------------------------------------------------------------------ signals (by PID)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self.running and self.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL: the process dies at once, mid-call, without releasing anything."""
+        self._signal(signal.SIGKILL)
+
+    def pause(self) -> None:
+        """SIGSTOP: the process freezes (its renewals stop) until :meth:`resume`."""
+        self._signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT."""
+        self._signal(signal.SIGCONT)
+        self.paused = False
+
+    async def wait_exit(self, timeout: float = 10.0) -> int | None:
+        if self._proc is None:
+            return None
+        await asyncio.wait_for(self._proc.wait(), timeout)
+        if self._reader is not None:
+            await asyncio.wait_for(self._reader, timeout)
+        return self._proc.returncode
+
+    async def stop(self, timeout: float = 15.0) -> int | None:
+        """Graceful stop (the provider drains); SIGKILL if it does not exit in time."""
+        if not self.running:
+            return self.returncode
+        if self.paused:
+            self.resume()
+        try:
+            await self.send("stop", timeout=timeout)
+            return await self.wait_exit(timeout)
+        except (ReplicaError, TimeoutError, OSError):
+            self.kill()
+            return await self.wait_exit(timeout)
+
+    async def killed(self, timeout: float = 10.0) -> None:
+        """SIGKILL and wait until the process is gone."""
+        self.kill()
+        await self.wait_exit(timeout)
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+class ReplicaSet:
+    """Replicas of one test, all stopped on exit (``async with ReplicaSet(...) as rs``)."""
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        prefix: str,
+        handler_db: str | os.PathLike[str],
+        log_dir: str | os.PathLike[str],
+        lease_seconds: float | None = None,
+        settings: Mapping[str, object] | None = None,
+    ) -> None:
+        self.url = url
+        self.prefix = prefix
+        self.handler_db = Path(handler_db)
+        self.log_dir = Path(log_dir)
+        self.lease_seconds = lease_seconds
+        self.settings = dict(settings or {})
+        self.replicas: list[ReplicaProcess] = []
+
+    def add(self, identity: str, **overrides: Any) -> ReplicaProcess:
+        """A replica that is not started yet (``await rs.add(...).start()``)."""
+        options: dict[str, Any] = dict(
+            url=self.url, prefix=self.prefix, handler_db=self.handler_db, log_dir=self.log_dir,
+            lease_seconds=self.lease_seconds, settings=self.settings,
+        )
+        options.update(overrides)
+        replica = ReplicaProcess(identity=identity, **options)
+        self.replicas.append(replica)
+        return replica
+
+    async def spawn(self, *identities: str, **overrides: Any) -> list[ReplicaProcess]:
+        """Start one replica per identity, concurrently; all are ready on return."""
+        replicas = [self.add(identity, **overrides) for identity in identities]
+        await asyncio.gather(*(r.start() for r in replicas))
+        return replicas
+
+    def log_tails(self, lines: int = 30) -> str:
+        seen: set[Path] = set()
+        parts = []
+        for r in self.replicas:
+            if r.log_path not in seen:
+                seen.add(r.log_path)
+                parts.append(f"--- {r.identity} ({r.log_path})\n{r.log_tail(lines)}")
+        return "\n".join(parts)
+
+    async def stop_all(self, timeout: float = 10.0) -> None:
+        results = await asyncio.gather(*(r.stop(timeout) for r in self.replicas),
+                                       return_exceptions=True)
+        for replica, result in zip(self.replicas, results, strict=True):
+            if isinstance(result, BaseException):
+                replica.kill()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await asyncio.shield(self.stop_all())
+        finally:
+            for replica in self.replicas:  # whatever happened: nothing outlives the test
+                replica.kill()
