@@ -26,3 +26,7 @@ demo *args:
 # Open the scheduler console
 tui:
     .venv/bin/astrabox-sched-tui
+
+# Run the 3-node cluster of cluster/ (nats-server.conf's users; data in ./.cluster)
+cluster *args:
+    .venv/bin/python -m nats_scheduler.security cluster {{args}}

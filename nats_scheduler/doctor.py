@@ -1,9 +1,57 @@
-"""``nats-scheduler doctor``: what the store can promise, checked (shape only for now)."""
+"""``nats-scheduler doctor``: what this store can promise, checked one line at a time.
+
+The provider's guarantees rest on the server (docs/configuration.md): a version with the
+conditional-publish fixes (2.12.3+), JetStream, the streams and bucket set up as the
+provider needs them, replicas on a cluster, ``sync_interval: always``, least-privilege
+users and replica clocks that agree. :func:`run_doctor` checks each and says what to do.
+
+The doctor talks to operators of NATS, so unlike the provider's errors (SEAM.md) its
+messages use NATS words: they must name the setting to change.
+
+Every check is split into a small pure *decision* (``*_check`` functions, tested with
+plain dicts) and the I/O that gathers its inputs (:func:`run_doctor`).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+
+import msgspec
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.api import StreamConfig
+
+from .admin.reader import REPLICA_STATUS_ENDPOINT
+from .names import Names
+from .permissions import ViolationLog, capabilities
+from .seam import SchedulerError
+from .settings import NatsSettings
+from .store import MIN_SERVER_VERSION, Store, connect, incompatibilities, parse_version
+
+__all__ = [
+    "Check",
+    "DoctorReport",
+    "Status",
+    "clock_check",
+    "durability_check",
+    "permissions_check",
+    "replication_check",
+    "run_doctor",
+    "version_check",
+]
+
+_TIMEOUT = 2.0
+_MIN = ".".join(map(str, MIN_SERVER_VERSION))
 
 
 class Status(StrEnum):
@@ -28,3 +76,336 @@ class DoctorReport:
     @property
     def ok(self) -> bool:
         return all(c.status != Status.FAIL for c in self.checks)
+
+    def get(self, name: str) -> Check:
+        """The check called ``name`` (KeyError if the doctor did not run it)."""
+        for check in self.checks:
+            if check.name == name:
+                return check
+        raise KeyError(name)
+
+    def lines(self) -> list[str]:
+        """The report as text, one line per check: ``[ok]   name: detail``."""
+        return [f"[{c.status.value}]{' ' * (5 - len(c.status.value))}{c.name}: {c.detail}"
+                for c in self.checks]
+
+
+# =========================================================================== decisions
+
+
+def version_check(server_info: Mapping[str, object]) -> Check:
+    """FAIL below 2.12.3: ``start()`` refuses such a server (Store.check_server)."""
+    text = str(server_info.get("version") or "")
+    if parse_version(text) < MIN_SERVER_VERSION:
+        return Check("server version", Status.FAIL,
+                     f"{text or 'unknown'}: the provider needs {_MIN} or newer (conditional "
+                     f"publishes had clustered-correctness fixes up to {_MIN}); upgrade")
+    return Check("server version", Status.OK, f"{text} (needs {_MIN}+)")
+
+
+def replication_check(
+    server_info: Mapping[str, object], replicas: Mapping[str, int], wanted: int
+) -> Check:
+    """WARN when streams are R1 on a cluster (or R>1 is asked of a single server)."""
+    cluster = server_info.get("cluster")
+    urls = server_info.get("connect_urls") or []
+    nodes = len(urls) if isinstance(urls, list) else 0
+    if not cluster:
+        if wanted > 1:
+            return Check("replication", Status.WARN,
+                         f"ASTRABOX_NATS_REPLICAS={wanted} but the server is not clustered: "
+                         "creating the streams will fail; use 1 or connect to a cluster")
+        return Check("replication", Status.OK,
+                     "single server, streams R1 (no copy survives losing this server's disk)")
+    where = f"cluster {cluster!s}" + (f" ({nodes} nodes)" if nodes else "")
+    # Existing streams decide; only before the first start does the setting matter.
+    single = sorted(name for name, n in replicas.items() if n < 2)
+    if single or (not replicas and wanted < 2):
+        named = ", ".join(single) if single else "the streams the provider will create"
+        return Check("replication", Status.WARN,
+                     f"{named} R1 on {where}: losing one node loses acknowledged Runs; set "
+                     "ASTRABOX_NATS_REPLICAS=3 (existing streams: "
+                     "`nats stream edit <name> --replicas 3`)")
+    return Check("replication", Status.OK, f"streams R{min(replicas.values() or [wanted])} "
+                                           f"on {where}")
+
+
+@dataclass(frozen=True)
+class Varz:
+    """What one node's monitoring endpoint said about write durability."""
+
+    url: str
+    sync_always: bool | None
+    """True/False from /varz; None when the endpoint could not be read or said nothing."""
+    sync_interval_ns: int | None = None
+    error: str | None = None
+
+
+def parse_varz(url: str, varz: Mapping[str, object]) -> Varz:
+    """Read ``jetstream.config`` of a /varz answer.
+
+    nats-server 2.15 reports ``sync_interval: always`` as ``"sync_always": true`` while
+    ``sync_interval`` keeps showing the 2-minute default (in nanoseconds); without it,
+    ``sync_always`` is absent and ``sync_interval`` is the configured interval.
+    """
+    jetstream = varz.get("jetstream")
+    config = jetstream.get("config") if isinstance(jetstream, Mapping) else None
+    if not isinstance(config, Mapping):
+        return Varz(url, None, error="JetStream configuration not reported")
+    interval = config.get("sync_interval")
+    interval_ns = interval if isinstance(interval, int) else None
+    return Varz(url, bool(config.get("sync_always", False)), interval_ns)
+
+
+def _duration(ns: int | None) -> str:
+    if ns is None:
+        return "the default (2m)"
+    seconds = ns / 1e9
+    return f"{seconds / 60:g}m" if seconds >= 60 and seconds % 60 == 0 else f"{seconds:g}s"
+
+
+def durability_check(nodes: Sequence[Varz]) -> Check:
+    """WARN unless every node's monitoring endpoint shows ``sync_interval: always``."""
+    if not nodes:
+        return Check("durability", Status.WARN,
+                     "unknown: no monitoring URL given (doctor --monitor-url "
+                     "http://HOST:8222[,...]) to check sync_interval")
+    lax = [n for n in nodes if n.sync_always is False]
+    unknown = [n for n in nodes if n.sync_always is None]
+    if lax:
+        shown = ", ".join(f"{n.url} ({_duration(n.sync_interval_ns)})" for n in lax)
+        return Check("durability", Status.WARN,
+                     f"sync_interval is not 'always' on {shown}: the server acknowledges "
+                     "writes before they reach disk, and a crash or power loss can lose an "
+                     "acknowledged Run; set `jetstream { sync_interval: always }`")
+    if unknown:
+        shown = ", ".join(f"{n.url} ({n.error})" for n in unknown)
+        return Check("durability", Status.WARN, f"unknown on {shown}")
+    return Check("durability", Status.OK,
+                 f"sync_interval always (fsync before ack) on {len(nodes)} node(s)")
+
+
+_WRITES = ("append Schedule events", "append Run events", "change leases", "create streams")
+_DESTROY = ("delete streams", "purge streams", "delete events")
+
+
+def permissions_check(abilities: Mapping[str, bool]) -> Check:
+    """Say what the user can do and which role of nats-server.conf that looks like."""
+    can = [a for a, ok in abilities.items() if ok]
+    cannot = [a for a, ok in abilities.items() if not ok]
+    detail = f"can: {', '.join(can) or 'nothing probed'}; cannot: {', '.join(cannot) or '-'}"
+    if not abilities.get("read events", False):
+        return Check("permissions", Status.FAIL, f"cannot read the Run events. {detail}")
+    destroys = [a for a in _DESTROY if abilities.get(a)]
+    if destroys:
+        return Check("permissions", Status.WARN,
+                     f"this user can {', '.join(destroys)}: more than any scheduler role "
+                     f"needs (see the users in nats-server.conf). {detail}")
+    if all(abilities.get(a) for a in _WRITES):
+        role = "scheduler (provider processes)"
+    elif any(abilities.get(a) for a in _WRITES):
+        role = "partial writer: the provider needs every write permission of 'scheduler'"
+        return Check("permissions", Status.WARN, f"{role}. {detail}")
+    elif abilities.get("request actions (hold, release, Run now, Replay)"):
+        role = "operator"
+    else:
+        role = "auditor (read-only)"
+    return Check("permissions", Status.OK, f"looks like {role}. {detail}")
+
+
+def clock_check(skews: Mapping[str, float] | None, lease_seconds: float,
+                reason: str | None = None) -> Check:
+    """Compare replicas' clocks with this one: leases expire by the reader's clock."""
+    if skews is None:
+        return Check("clock skew", Status.WARN, f"unknown: {reason or 'no replica answered'}")
+    if not skews:
+        return Check("clock skew", Status.WARN, "unknown: no replica reported its clock")
+    worst_id, worst = max(skews.items(), key=lambda item: abs(item[1]))
+    shown = f"largest {worst:+.3f} s ({worst_id}) across {len(skews)} replica(s)"
+    if abs(worst) >= lease_seconds / 2:
+        return Check("clock skew", Status.FAIL,
+                     f"{shown}: at least half the lease length ({lease_seconds:g} s), so a "
+                     "replica may take over a Run that is still being dispatched; fix NTP")
+    if abs(worst) >= lease_seconds / 5:
+        return Check("clock skew", Status.WARN,
+                     f"{shown}: keep clocks well within the lease length "
+                     f"({lease_seconds:g} s); check NTP")
+    return Check("clock skew", Status.OK, shown)
+
+
+# =========================================================================== gathering
+
+
+async def _connect(settings: NatsSettings) -> tuple[Client, ViolationLog]:
+    """The provider's own connect (its clean errors), with permission refusals recorded."""
+    nc = await connect(settings, "nats-scheduler doctor")
+    return nc, ViolationLog.attach(nc)
+
+
+async def _jetstream_check(nc: Client, info: Mapping[str, object], log: ViolationLog) -> Check:
+    if not info.get("jetstream"):
+        return Check("jetstream", Status.FAIL, "JetStream is off on this server; enable it "
+                     "(`jetstream { ... }` in the server config)")
+    mark = log.mark()
+    try:
+        account = await nc.jetstream(timeout=_TIMEOUT).account_info()
+    except nats.js.errors.APIError as exc:
+        return Check("jetstream", Status.FAIL,
+                     f"JetStream is not usable for this account: {exc.description}")
+    except (TimeoutError, nats.errors.TimeoutError):
+        if log.refused_since(mark, "publish", "$JS.API.INFO"):
+            return Check("jetstream", Status.WARN, "enabled on the server; this user may not "
+                         "read the account's JetStream limits")
+        return Check("jetstream", Status.FAIL, "JetStream did not answer")
+    limits = account.limits
+    return Check("jetstream", Status.OK,
+                 f"enabled; account uses {account.streams} stream(s), "
+                 f"{account.storage / 2**20:.1f} MiB on disk (limit "
+                 f"{'none' if limits.max_storage < 0 else f'{limits.max_storage / 2**30:g} GiB'})")
+
+
+def _wanted_configs(nc: Client, settings: NatsSettings) -> list[StreamConfig]:
+    names = Names(settings.prefix)
+    configs = Store(nc, settings).stream_configs()
+    configs.append(StreamConfig(name=f"KV_{names.leases_bucket}",
+                                subjects=[f"$KV.{names.leases_bucket}.>"]))
+    return configs
+
+
+async def _stream_checks(
+    nc: Client, settings: NatsSettings, log: ViolationLog
+) -> tuple[list[Check], dict[str, int]]:
+    """One check per stream (and the lease bucket); returns also the replicas found."""
+    js = nc.jetstream(timeout=_TIMEOUT)
+    checks: list[Check] = []
+    replicas: dict[str, int] = {}
+    for wanted in _wanted_configs(nc, settings):
+        name = str(wanted.name)
+        mark = log.mark()
+        try:
+            info = await js.stream_info(name)
+        except nats.js.errors.NotFoundError:
+            checks.append(Check(f"stream {name}", Status.WARN,
+                                "missing: the provider creates it on its first start (if this "
+                                "is not a new installation, check ASTRABOX_NATS_PREFIX)"))
+            continue
+        except (TimeoutError, nats.errors.TimeoutError):
+            refused = log.refused_since(mark, "publish", f"$JS.API.STREAM.INFO.{name}")
+            checks.append(Check(f"stream {name}", Status.WARN,
+                                "this user may not read it" if refused else "no answer"))
+            continue
+        replicas[name] = info.config.num_replicas or 1
+        problems = [] if name.startswith("KV_") else incompatibilities(wanted, info.config)
+        if problems:
+            checks.append(Check(f"stream {name}", Status.FAIL, "; ".join(problems)))
+            continue
+        checks.append(Check(f"stream {name}", Status.OK,
+                            f"R{replicas[name]}, {info.state.messages} message(s), "
+                            f"{info.state.bytes / 2**20:.1f} MiB"))
+    return checks, replicas
+
+
+def _fetch_varz(url: str) -> Varz:
+    target = url.rstrip("/") + "/varz"
+    try:
+        with urllib.request.urlopen(target, timeout=_TIMEOUT) as resp:
+            data = json.loads(resp.read().decode("utf-8"))
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return Varz(url, None, error=f"could not read {target}: {exc}")
+    if not isinstance(data, dict):
+        return Varz(url, None, error="unexpected /varz answer")
+    return parse_varz(url, data)
+
+
+async def _durability(monitor_url: str | None) -> Check:
+    urls = [u.strip() for u in (monitor_url or "").split(",") if u.strip()]
+    nodes = await asyncio.gather(*(asyncio.to_thread(_fetch_varz, u) for u in urls))
+    return durability_check(list(nodes))
+
+
+class _Replica(msgspec.Struct):
+    identity: str
+    now: datetime | None = None
+
+
+async def _replica_clocks(
+    nc: Client, names: Names, log: ViolationLog, timeout: float = 1.0, settle: float = 0.15
+) -> dict[str, float] | str:
+    """identity -> clock offset of every live replica, or why it could not be measured.
+
+    A scatter-gather on ``<P>.admin.replica.status``, which every provider process
+    answers with its own ``now`` (admin/service.py). Each answer is compared with the
+    midpoint between sending and its arrival, so network delay halves out.
+    """
+    subject = f"{names.admin_prefix}.{REPLICA_STATUS_ENDPOINT}"
+    answers: asyncio.Queue[tuple[float, Msg]] = asyncio.Queue()
+    loop = asyncio.get_running_loop()
+
+    async def collect(msg: Msg) -> None:
+        await answers.put((loop.time(), msg))
+
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox, cb=collect)
+    try:
+        mark = log.mark()
+        sent_wall, sent = datetime.now(UTC), loop.time()
+        await nc.publish(subject, b"{}", reply=inbox)
+        await log.settle(nc, _TIMEOUT)
+        if log.refused_since(mark, "publish", subject):
+            return "this user may not ask the replicas (admin replica.status)"
+        skews: dict[str, float] = {}
+        deadline = sent + timeout
+        while (remaining := deadline - loop.time()) > 0:
+            try:
+                arrived, msg = await asyncio.wait_for(
+                    answers.get(), min(remaining, settle) if skews else remaining)
+            except TimeoutError:
+                break
+            if (msg.headers or {}).get("Status") == "503":
+                return "no scheduler process is running"
+            try:
+                replica = msgspec.json.decode(msg.data, type=_Replica)
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                continue
+            if replica.now is not None:
+                middle = sent_wall + timedelta(seconds=(arrived - sent) / 2)
+                skews[replica.identity] = (replica.now - middle).total_seconds()
+        return skews or "no scheduler process answered"
+    finally:
+        await sub.unsubscribe()
+
+
+async def _clock(nc: Client, names: Names, settings: NatsSettings, log: ViolationLog) -> Check:
+    measured = await _replica_clocks(nc, names, log)
+    if isinstance(measured, str):
+        return clock_check(None, settings.lease_seconds, measured)
+    return clock_check(measured, settings.lease_seconds)
+
+
+async def run_doctor(settings: NatsSettings, *, monitor_url: str | None = None) -> DoctorReport:
+    """Connect with ``settings`` and check everything the provider relies on.
+
+    ``monitor_url``: the server's monitoring base URL(s), comma-separated for a cluster
+    (e.g. ``http://127.0.0.1:8222``); without it the durability check says "unknown".
+    """
+    try:
+        nc, log = await _connect(settings)
+    except SchedulerError as exc:
+        return DoctorReport([Check("connection", Status.FAIL, str(exc)),
+                             await _durability(monitor_url)])
+    try:
+        info: Mapping[str, object] = dict(nc._server_info or {})
+        names = Names(settings.prefix)
+        where = nc.connected_url.netloc if nc.connected_url else "?"
+        checks = [Check("connection", Status.OK, f"{info.get('server_name', '?')} at {where}"),
+                  version_check(info),
+                  await _jetstream_check(nc, info, log)]
+        stream_checks, replicas = await _stream_checks(nc, settings, log)
+        checks += stream_checks
+        checks.append(replication_check(info, replicas, settings.replicas))
+        checks.append(await _durability(monitor_url))
+        checks.append(permissions_check(await capabilities(nc, log, names, _TIMEOUT)))
+        checks.append(await _clock(nc, names, settings, log))
+        return DoctorReport(checks)
+    finally:
+        await nc.close()

@@ -1,0 +1,149 @@
+"""What the connected user may do, found out without changing anything in the store.
+
+The server refuses a publish or a subscription outside a user's permissions by dropping it
+and sending ``-ERR 'Permissions Violation for Publish to "<subject>"'`` on the connection;
+a request to a refused subject simply times out. nats-py passes that ``-ERR`` to the
+connection's error callback (lower-cased). The server answers one connection's commands in
+order, so once the PONG to a PING sent *after* a command has arrived, any violation that
+command caused has been reported: :meth:`ViolationLog.allowed` is exact and needs no
+timeout guesswork. It flushes twice because nats-py 2.16 writes a flush's PING straight to
+the socket, possibly ahead of commands still queued for its flusher task; the first
+round trip lets the flusher write them, the second PING follows them on the wire.
+
+Each :class:`Probe` is chosen so that, when the server lets it through, it still changes
+nothing: appends carry an expected last sequence no subject has, stream requests name a
+stream that does not exist or disagree with their own subject, and admin requests have no
+valid body. ``nats-scheduler doctor`` reports the result; the permission tests use the same
+probes to prove every rule of ``nats-server.conf``.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Literal
+
+from nats.aio.client import Client
+
+from .names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, Names
+
+Kind = Literal["publish", "subscription"]
+
+_VIOLATION = re.compile(r'permissions violation for (publish|subscription) to "([^"]*)"',
+                        re.IGNORECASE)
+_IMPOSSIBLE_SEQUENCE = "999999999999"
+"""An expected last subject sequence no probe subject has: the store refuses the append."""
+
+
+class ViolationLog:
+    """Records the server's permission refusals; pass :meth:`on_error` as ``error_cb``.
+
+    Other errors are ignored here: connection trouble surfaces where the caller awaits.
+    """
+
+    def __init__(self) -> None:
+        self.refusals: list[tuple[Kind, str]] = []
+
+    @classmethod
+    def attach(cls, nc: Client) -> ViolationLog:
+        """A log fed by an already connected client, whose own error callback keeps running.
+
+        For connections made elsewhere (``store.connect``): nats-py has no public way to add
+        an error callback after connecting, so this wraps the client's ``_error_cb``.
+        """
+        log = cls()
+        previous = nc._error_cb
+
+        async def chained(exc: Exception) -> None:
+            await log.on_error(exc)
+            if previous is not None:
+                await previous(exc)
+
+        nc._error_cb = chained
+        return log
+
+    async def on_error(self, exc: Exception) -> None:
+        """The ``error_cb`` of ``nats.connect`` (nats-py wants a coroutine function)."""
+        match = _VIOLATION.search(str(exc))
+        if match is not None:
+            kind: Kind = "publish" if match.group(1).lower() == "publish" else "subscription"
+            self.refusals.append((kind, match.group(2).lower()))
+
+    def mark(self) -> int:
+        """A position in the log; :meth:`refused_since` looks only at what came after it."""
+        return len(self.refusals)
+
+    def refused_since(self, mark: int, kind: Kind, subject: str) -> bool:
+        wanted = (kind, subject.lower())
+        return wanted in self.refusals[mark:]
+
+    async def allowed(self, nc: Client, probe: Probe, timeout: float = 2.0) -> bool:
+        """Send ``probe`` and tell whether the server let it through."""
+        mark = self.mark()
+        if probe.kind == "subscription":
+            sub = await nc.subscribe(probe.subject)
+            await self.settle(nc, timeout)
+            await sub.unsubscribe()
+        else:
+            await nc.publish(probe.subject, probe.payload, reply=nc.new_inbox(),
+                             headers=probe.headers)
+            await self.settle(nc, timeout)
+        return not self.refused_since(mark, probe.kind, probe.subject)
+
+    @staticmethod
+    async def settle(nc: Client, timeout: float = 2.0) -> None:
+        """Return once the server has answered every command sent so far (two flushes)."""
+        await nc.flush(timeout)
+        await nc.flush(timeout)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One harmless attempt at something a user may or may not be allowed to do."""
+
+    ability: str
+    subject: str
+    kind: Kind = "publish"
+    payload: bytes = b""
+    headers: dict[str, str] | None = None
+    mutating: bool = False
+
+
+def probes(names: Names, nonce: str | None = None) -> list[Probe]:
+    """The probes for the scheduler's streams, bucket and admin service under ``names``."""
+    nonce = nonce or secrets.token_hex(4)
+    probe_id = names.lease_key(f"doctor-probe-{nonce}")
+    absent_stream = f"{names.prefix}_DOCTOR_PROBE_{nonce.upper()}"
+    never = {HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: _IMPOSSIBLE_SEQUENCE}
+    api = "$JS.API"
+    return [
+        Probe("read events", f"{api}.STREAM.MSG.GET.{names.runs_stream}",
+              payload=b'{"last_by_subj": "%s"}' % names.run_subject(probe_id, probe_id).encode()),
+        Probe("watch events", f"{api}.CONSUMER.CREATE.{names.runs_stream}",
+              payload=b'{"stream_name": "%s"}' % absent_stream.encode()),
+        Probe("read leases", f"{api}.STREAM.INFO.KV_{names.leases_bucket}"),
+        Probe("read through the admin service", f"{names.admin_prefix}.health"),
+        Probe("request actions (hold, release, Run now, Replay)",
+              f"{names.admin_prefix}.schedules.hold", mutating=True),
+        Probe("append Schedule events", names.schedule_subject(probe_id),
+              payload=b"{}", headers=never, mutating=True),
+        Probe("append Run events", names.run_subject(probe_id, probe_id),
+              payload=b"{}", headers=never, mutating=True),
+        Probe("change leases", f"$KV.{names.leases_bucket}.{probe_id}",
+              payload=b"{}", headers=never, mutating=True),
+        Probe("create streams", f"{api}.STREAM.CREATE.{names.runs_stream}",
+              payload=b'{"name": "%s"}' % absent_stream.encode(), mutating=True),
+        Probe("delete streams", f"{api}.STREAM.DELETE.{absent_stream}", mutating=True),
+        Probe("purge streams", f"{api}.STREAM.PURGE.{absent_stream}", mutating=True),
+        Probe("delete events", f"{api}.STREAM.MSG.DELETE.{absent_stream}", mutating=True),
+        Probe("serve the admin service", f"{names.admin_prefix}.>", kind="subscription",
+              mutating=True),
+    ]
+
+
+async def capabilities(
+    nc: Client, log: ViolationLog, names: Names, timeout: float = 2.0
+) -> dict[str, bool]:
+    """ability -> allowed, for every probe (``nc`` must report errors to ``log.on_error``)."""
+    return {p.ability: await log.allowed(nc, p, timeout) for p in probes(names)}

@@ -1,0 +1,267 @@
+"""``run_doctor`` and ``start()``'s server checks: what the store can promise.
+
+The decisions are pure functions tested with plain dicts (an old server binary is not
+available here, so the version rule is proven on a fake server INFO); the gathering runs
+against real servers: a plain one (sync_interval default), the production config
+(sync_interval always, least-privilege users) and a 3-node cluster.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from nats.js.api import StreamConfig
+
+from nats_scheduler.admin.service import start_admin_service
+from nats_scheduler.doctor import (
+    Check,
+    DoctorReport,
+    Status,
+    Varz,
+    clock_check,
+    durability_check,
+    parse_varz,
+    permissions_check,
+    replication_check,
+    run_doctor,
+    version_check,
+)
+from nats_scheduler.names import Names
+from nats_scheduler.natsserver import NatsCluster, NatsServer, free_port
+from nats_scheduler.permissions import probes
+from nats_scheduler.seam import RunPayload, Schedule, SchedulerConfigurationError
+from nats_scheduler.settings import NatsSettings
+from nats_scheduler.store import MIN_SERVER_VERSION, Store, parse_version
+from nats_scheduler.testing.servers import connect_fast, unique_prefix
+from tests.providers import running
+from tests.security_support import PASSWORDS, prod_server, store_state
+
+pytestmark = pytest.mark.anyio
+
+# =========================================================================== server version
+
+
+@pytest.mark.parametrize(("text", "parsed"), [
+    ("2.15.1", (2, 15, 1)), ("v2.12.3-beta.1", (2, 12, 3)), ("2.9", (0, 0, 0)), ("", (0, 0, 0)),
+])
+def test_parse_version(text: str, parsed: tuple[int, int, int]) -> None:
+    assert parse_version(text) == parsed
+
+
+class FakeClient:
+    """Only what Store reads from a connection: the server's INFO (no I/O happens)."""
+
+    def __init__(self, info: dict[str, object]) -> None:
+        self._server_info = info
+
+    def jetstream(self, **_: object) -> None:
+        return None
+
+
+@pytest.mark.parametrize("version", ["2.12.2", "2.11.9", "2.9.25", "", "garbage"])
+async def test_start_refuses_servers_older_than_2_12_3(version: str) -> None:
+    store = Store(FakeClient({"version": version, "jetstream": True}), NatsSettings())  # type: ignore[arg-type]
+    with pytest.raises(SchedulerConfigurationError) as info:
+        await store.check_server()
+    assert "2.12.3 or newer" in str(info.value)
+    assert version_check({"version": version}).status == Status.FAIL
+
+
+@pytest.mark.parametrize("version", ["2.12.3", "2.12.10", "2.15.1", "3.0.0"])
+async def test_start_accepts_2_12_3_and_newer(version: str) -> None:
+    await Store(FakeClient({"version": version, "jetstream": True}),  # type: ignore[arg-type]
+                NatsSettings()).check_server()
+    assert version_check({"version": version}).status == Status.OK
+    assert MIN_SERVER_VERSION == (2, 12, 3)
+
+
+async def test_start_refuses_a_server_without_jetstream() -> None:
+    store = Store(FakeClient({"version": "2.15.1", "jetstream": False}), NatsSettings())  # type: ignore[arg-type]
+    with pytest.raises(SchedulerConfigurationError) as info:
+        await store.check_server()
+    assert "persistence" in str(info.value)
+
+
+# =========================================================================== decisions
+
+
+def test_varz_of_nats_server_2_15() -> None:
+    """What 2.15.1's /varz really says (checked on this machine, see docs/configuration.md)."""
+    always = {"jetstream": {"config": {"sync_interval": 120_000_000_000, "sync_always": True}}}
+    lax = {"jetstream": {"config": {"sync_interval": 5_000_000_000}}}
+    assert parse_varz("a", always) == Varz("a", True, 120_000_000_000)
+    assert parse_varz("b", lax) == Varz("b", False, 5_000_000_000)
+    assert parse_varz("c", {"jetstream": {}}).sync_always is None
+    assert parse_varz("d", {}).sync_always is None
+
+
+def test_durability_check() -> None:
+    ok, lax = Varz("http://a", True, 1), Varz("http://b", False, 120_000_000_000)
+    unknown = Varz("http://c", None, error="could not read")
+    assert durability_check([ok, ok]).status == Status.OK
+    warned = durability_check([ok, lax])
+    assert warned.status == Status.WARN and "http://b (2m)" in warned.detail
+    assert "sync_interval: always" in warned.detail
+    assert durability_check([ok, unknown]).status == Status.WARN
+    assert "unknown" in durability_check([]).detail
+
+
+def test_replication_check() -> None:
+    single = {"version": "2.15.1"}
+    clustered = {"cluster": "astrabox", "connect_urls": ["a", "b", "c"]}
+    assert replication_check(single, {"S_RUNS": 1}, 1).status == Status.OK
+    assert replication_check(single, {}, 3).status == Status.WARN
+    r1 = replication_check(clustered, {"S_RUNS": 1, "S_SCHEDULES": 3}, 3)
+    assert r1.status == Status.WARN and "S_RUNS R1" in r1.detail and "3 nodes" in r1.detail
+    assert replication_check(clustered, {"S_RUNS": 3}, 1).status == Status.OK  # streams decide
+    assert replication_check(clustered, {}, 1).status == Status.WARN  # will be created R1
+    assert replication_check(clustered, {"S_RUNS": 3, "S_SCHEDULES": 3}, 3).status == Status.OK
+
+
+def test_permissions_check_names_the_role() -> None:
+    every = [p.ability for p in probes(Names("P"))]
+    reads = {"read events", "watch events", "read leases", "read through the admin service"}
+    acts = reads | {"request actions (hold, release, Run now, Replay)"}
+    writes = reads | {"append Schedule events", "append Run events", "change leases",
+                      "create streams", "serve the admin service"}
+
+    def check(allowed: set[str]) -> Check:
+        return permissions_check({a: a in allowed for a in every})
+
+    assert "auditor" in check(reads).detail and check(reads).status == Status.OK
+    assert "operator" in check(acts).detail
+    assert "scheduler" in check(writes).detail and check(writes).status == Status.OK
+    assert check(set(every)).status == Status.WARN  # can delete and purge
+    assert check(reads | {"append Run events"}).status == Status.WARN  # partial writer
+    assert check(set()).status == Status.FAIL
+
+
+def test_clock_check() -> None:
+    assert clock_check(None, 5.0, "nobody answered").status == Status.WARN
+    assert clock_check({"a": 0.05, "b": -0.2}, 5.0).status == Status.OK
+    warned = clock_check({"a": 0.0, "b": 1.5}, 5.0)
+    assert warned.status == Status.WARN and "+1.500 s (b)" in warned.detail
+    assert clock_check({"a": -2.6}, 5.0).status == Status.FAIL
+
+
+def test_report_lines_and_ok() -> None:
+    report = DoctorReport([Check("a", Status.OK, "fine"), Check("b", Status.WARN, "hm")])
+    assert report.ok and report.lines() == ["[ok]   a: fine", "[warn] b: hm"]
+    assert not DoctorReport([Check("c", Status.FAIL, "no")]).ok
+
+
+# =========================================================================== live
+
+
+class SkewedClock:
+    """The system clock shifted by ``offset`` seconds (a replica whose NTP is off)."""
+
+    def __init__(self, offset: float) -> None:
+        self.offset = timedelta(seconds=offset)
+
+    def now(self) -> datetime:
+        return datetime.now(UTC) + self.offset
+
+    async def sleep_until(self, instant: datetime) -> None:  # pragma: no cover - unused
+        raise NotImplementedError
+
+
+async def test_doctor_on_a_plain_server(nats_server: NatsServer) -> None:
+    """Defaults: sync_interval 2m is a warning, an unrestricted user too; nothing written."""
+    prefix = unique_prefix()
+    async with running(nats_server.url, prefix) as provider:
+        await provider.apply(Schedule("dep", "n", "0 3 1 1 *", "UTC", True, RunPayload("t", "p")))
+        service = await start_admin_service(provider)
+        try:
+            nc = await connect_fast(nats_server.url)
+            try:
+                before = await store_state(nc, prefix)
+                streams = {i.config.name for i in await nc.jetstream().streams_info()}
+                report = await run_doctor(NatsSettings(url=nats_server.url, prefix=prefix),
+                                          monitor_url=nats_server.http_url)
+                # every probe was let through, and none changed anything
+                assert await store_state(nc, prefix) == before
+                assert {i.config.name for i in await nc.jetstream().streams_info()} == streams
+            finally:
+                await nc.close()
+        finally:
+            await service.stop()
+    assert report.ok, report.lines()
+    status = {c.name: c.status for c in report.checks}
+    assert status["server version"] == status["jetstream"] == Status.OK
+    assert status[f"stream {prefix}_RUNS"] == status[f"stream KV_{prefix}_LEASES"] == Status.OK
+    assert status["replication"] == Status.OK  # a single server
+    assert status["durability"] == Status.WARN
+    assert "sync_interval is not 'always'" in report.get("durability").detail
+    assert status["permissions"] == Status.WARN  # no users: anyone may delete streams
+    assert status["clock skew"] == Status.OK
+
+
+async def test_doctor_finds_a_skewed_replica_clock(nats_server: NatsServer) -> None:
+    prefix = unique_prefix()
+    async with running(nats_server.url, prefix, lease_seconds=5.0) as provider:
+        service = await start_admin_service(provider, clock=SkewedClock(3.0))  # type: ignore[arg-type]
+        try:
+            report = await run_doctor(NatsSettings(url=nats_server.url, prefix=prefix))
+        finally:
+            await service.stop()
+    check = report.get("clock skew")
+    assert check.status == Status.FAIL and provider.identity in check.detail
+
+
+async def test_doctor_on_the_production_config_per_user(tmp_path: Path) -> None:
+    with prod_server(tmp_path / "nats") as server:
+        async with running(server.url, "SCHED", user="scheduler",
+                           password=PASSWORDS["scheduler"]) as provider:
+            service = await start_admin_service(provider)
+            try:
+                reports = {user: await run_doctor(
+                    NatsSettings(url=server.url, user=user, password=PASSWORDS[user]),
+                    monitor_url=server.http_url) for user in PASSWORDS}
+            finally:
+                await service.stop()
+    for user, report in reports.items():
+        assert report.ok, (user, report.lines())
+        assert report.get("durability").status == Status.OK
+        permissions = report.get("permissions")
+        assert permissions.status == Status.OK and user in permissions.detail, permissions
+        assert report.get("clock skew").status == Status.OK, (user, report.lines())
+
+
+async def test_doctor_warns_on_r1_streams_in_a_cluster(nats_cluster: NatsCluster) -> None:
+    prefix = unique_prefix()
+    async with running(nats_cluster.urls, prefix, replicas=1, store_retry_seconds=12.0):
+        pass
+    report = await run_doctor(NatsSettings(url=nats_cluster.urls, prefix=prefix))
+    check = report.get("replication")
+    assert check.status == Status.WARN
+    assert f"{prefix}_RUNS" in check.detail and "ASTRABOX_NATS_REPLICAS=3" in check.detail
+
+
+async def test_doctor_fails_an_incompatible_stream_and_unreachable_monitor(
+    nats_server: NatsServer,
+) -> None:
+    prefix = unique_prefix()
+    nc = await connect_fast(nats_server.url)
+    try:
+        await nc.jetstream().add_stream(StreamConfig(
+            name=f"{prefix}_RUNS", subjects=[f"{prefix}.run.*.*"], max_msgs_per_subject=1))
+    finally:
+        await nc.close()
+    report = await run_doctor(NatsSettings(url=nats_server.url, prefix=prefix),
+                              monitor_url=f"http://127.0.0.1:{free_port()}")
+    assert not report.ok
+    assert report.get(f"stream {prefix}_RUNS").status == Status.FAIL
+    assert report.get(f"stream {prefix}_SCHEDULES").status == Status.WARN  # not created yet
+    durability = report.get("durability")
+    assert durability.status == Status.WARN and "could not read" in durability.detail
+    assert report.get("clock skew").status == Status.WARN  # no scheduler process
+
+
+async def test_doctor_without_a_server() -> None:
+    report = await run_doctor(NatsSettings(url=f"nats://127.0.0.1:{free_port()}",
+                                           connect_timeout=1.0))
+    assert not report.ok
+    assert report.get("connection").status == Status.FAIL
