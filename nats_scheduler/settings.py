@@ -18,6 +18,16 @@ from .seam import SchedulerConfigurationError
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 
 
+CONNECTION_FIELDS = ("url", "creds", "user", "password", "tls_ca", "tls_cert", "tls_key",
+                     "prefix")
+"""The settings every client (provider, CLI, console) takes as flags, in flag order."""
+
+
+def connection_flags_env() -> dict[str, str]:
+    """Connection setting name -> its environment variable (the flag is ``--name``)."""
+    return {name: NatsSettings.ENV[name] for name in CONNECTION_FIELDS}
+
+
 def _flag(value: str | None) -> bool:
     return (value or "").strip().lower() in {"1", "true", "yes", "on"}
 

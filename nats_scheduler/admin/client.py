@@ -1,0 +1,401 @@
+"""``AdminClient``: the :class:`~.api.AdminBackend` the command line and the console use.
+
+Requests go to the admin service (any provider process answers). When none answers (no
+process runs, or none within the timeout), read-only queries are answered from the store
+directly by :class:`~.reader.StoreReader`, and actions fail with ``unavailable``: an action
+must go through a provider so that it is validated and recorded like any other.
+``last_source`` says which of the two answered the latest read ("service" or "store").
+
+Run now and Replay carry an idempotency key (a fresh one unless the caller passes one), so a
+request repeated after a lost answer creates one Run, not two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import msgspec
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from ..clock import Clock
+from ..events import AnyEvent, decode_event
+from ..names import Names
+from ..permissions import Probe, ViolationLog
+from .api import (
+    AdminError,
+    BulkAction,
+    BulkResult,
+    ClusterStatus,
+    ErrorAnswer,
+    ErrorCode,
+    Health,
+    OperatorAction,
+    ReplayRequest,
+    RunList,
+    RunListRequest,
+    RunNowRequest,
+    RunRef,
+    RunView,
+    ScheduleDetail,
+    ScheduleList,
+    ScheduleListRequest,
+    ScheduleRef,
+    ScheduleView,
+)
+from .health import HealthPolicy
+from .reader import StoreReader, guarded
+
+log = logging.getLogger(__name__)
+
+A = TypeVar("A")
+
+_encoder = msgspec.json.Encoder()
+
+
+class _NoService(Exception):
+    """No admin service answered (nobody listens, or no answer in time)."""
+
+
+def event_type(event: AnyEvent) -> str:
+    """The stable tag of an event, e.g. ``run.dispatched``."""
+    return str(type(event).__struct_config__.tag)
+
+
+def type_matches(tag: str, types: set[str] | None) -> bool:
+    """``types`` holds tags (``run.failed``) or families (``run``, ``schedule``)."""
+    if not types:
+        return True
+    return any(tag == t or tag.startswith(t.rstrip(".*") + ".") for t in types)
+
+
+class AdminClient:
+    """The admin API over a NATS connection the caller owns (and closes)."""
+
+    def __init__(
+        self,
+        nc: Client,
+        prefix: str = "SCHED",
+        *,
+        timeout: float = 5.0,
+        lease_seconds: float = 5.0,
+        clock: Clock | None = None,
+    ) -> None:
+        self.nc = nc
+        self.names = Names(prefix)
+        self.timeout = timeout
+        self.reader = StoreReader(nc, prefix, timeout=timeout,
+                                  policy=HealthPolicy(lease_seconds=lease_seconds), clock=clock)
+        self.last_source: str | None = None
+        # The server refuses a request outside the user's permissions with an -ERR on the
+        # connection, and the request just times out: this log tells the two apart.
+        self._violations = ViolationLog.attach(nc)
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def _call(self, endpoint: str, request: msgspec.Struct | None, answer: type[A],
+                    *, timeout: float | None = None) -> A:
+        subject = f"{self.names.admin_prefix}.{endpoint}"
+        body = _encoder.encode(request) if request is not None else b"{}"
+        wait = timeout or self.timeout
+        mark = self._violations.mark()
+        try:
+            msg = await self.nc.request(subject, body, timeout=wait)
+        except nats.errors.NoRespondersError as exc:
+            raise _NoService("no scheduler process is running") from exc
+        except nats.errors.TimeoutError as exc:
+            if self._violations.refused_since(mark, "publish", subject):
+                raise AdminError(ErrorCode.FORBIDDEN,
+                                 f"the connected user may not send this request ({endpoint})"
+                                 ) from exc
+            raise _NoService(f"no scheduler process answered within {wait:g} s") from exc
+        except (nats.errors.Error, OSError) as exc:
+            raise AdminError(ErrorCode.UNAVAILABLE,
+                             "the connection to the scheduler's server is not usable") from exc
+        return _decode_answer(msg, answer)
+
+    async def _read(self, endpoint: str, request: msgspec.Struct | None, answer: type[A],
+                    fallback: Callable[[], Awaitable[A]]) -> A:
+        try:
+            result = await self._call(endpoint, request, answer)
+        except _NoService:
+            log.debug("no admin service answered %s; reading the store", endpoint)
+            result = await fallback()
+            self.last_source = "store"
+            return result
+        self.last_source = "service"
+        return result
+
+    async def _act(self, endpoint: str, request: msgspec.Struct, answer: type[A]) -> A:
+        try:
+            return await self._call(endpoint, request, answer)
+        except _NoService as exc:
+            raise AdminError(
+                ErrorCode.UNAVAILABLE,
+                f"{exc}; actions need a running scheduler process (Runs and history can "
+                "still be read)",
+            ) from None
+
+    # ------------------------------------------------------------------ Schedules
+
+    async def list_schedules(self, filter: str | None = None, *,
+                             include_deleted: bool = False) -> list[ScheduleView]:
+        request = ScheduleListRequest(filter=filter, include_deleted=include_deleted)
+        listed = await self._read(
+            "schedules.list", request, ScheduleList,
+            lambda: _wrap_list(self.reader.list_schedules(filter,
+                                                          include_deleted=include_deleted)))
+        return listed.schedules
+
+    async def get_schedule(self, deployment_id: str) -> ScheduleDetail:
+        return await self._read("schedules.get", ScheduleRef(deployment_id=deployment_id),
+                                ScheduleDetail, lambda: self.reader.get_schedule(deployment_id))
+
+    async def hold(self, deployment_id: str, *, by: str, reason: str) -> ScheduleView:
+        return await self._act("schedules.hold", OperatorAction(
+            deployment_id=deployment_id, by=by, reason=reason), ScheduleView)
+
+    async def release(self, deployment_id: str, *, by: str, reason: str) -> ScheduleView:
+        return await self._act("schedules.release", OperatorAction(
+            deployment_id=deployment_id, by=by, reason=reason), ScheduleView)
+
+    async def hold_bulk(self, filter: str, *, by: str, reason: str) -> BulkResult:
+        return await self._act("schedules.hold_bulk",
+                               BulkAction(filter=filter, by=by, reason=reason), BulkResult)
+
+    async def release_bulk(self, filter: str, *, by: str, reason: str) -> BulkResult:
+        return await self._act("schedules.release_bulk",
+                               BulkAction(filter=filter, by=by, reason=reason), BulkResult)
+
+    # ------------------------------------------------------------------ Runs
+
+    async def list_runs(self, deployment_id: str, *, limit: int = 50,
+                        before: str | None = None) -> RunList:
+        request = RunListRequest(deployment_id=deployment_id, limit=limit, before=before)
+        return await self._read(
+            "runs.list", request, RunList,
+            lambda: self.reader.list_runs(deployment_id, limit=limit, before=before))
+
+    async def get_run(self, run_id: str) -> RunView:
+        return await self._read("runs.get", RunRef(run_id=run_id), RunView,
+                                lambda: self.reader.get_run(run_id))
+
+    async def run_now(self, deployment_id: str, *, by: str, reason: str | None = None,
+                      request_id: str | None = None) -> RunView:
+        return await self._act("runs.run_now", RunNowRequest(
+            deployment_id=deployment_id, by=by, reason=reason,
+            request_id=request_id or uuid.uuid4().hex), RunView)
+
+    async def replay(self, run_id: str, *, by: str, reason: str | None = None,
+                     request_id: str | None = None) -> RunView:
+        return await self._act("runs.replay", ReplayRequest(
+            run_id=run_id, by=by, reason=reason,
+            request_id=request_id or uuid.uuid4().hex), RunView)
+
+    # ------------------------------------------------------------------ cluster
+
+    async def cluster_status(self) -> ClusterStatus:
+        return await self._read("cluster.status", None, ClusterStatus,
+                                lambda: self.reader.cluster_status(replica_timeout=0.3))
+
+    async def health(self) -> Health:
+        return await self._read("health", None, Health, self.reader.health)
+
+    async def can_act(self) -> tuple[bool, str | None]:
+        """Whether this user may request actions, and a running process would take them.
+
+        First the permission, exactly (the server reports a refused publish before the PONG
+        of a following PING); then an empty request to an action endpoint, which validation
+        refuses without any effect: an ``invalid_request`` answer proves a process listens.
+        """
+        subject = f"{self.names.admin_prefix}.schedules.hold"
+        try:
+            permitted = await self._violations.allowed(
+                self.nc, Probe("request actions", subject, mutating=True),
+                timeout=min(self.timeout, 2.0))
+        except (nats.errors.Error, OSError, TimeoutError):
+            return False, "the connection to the scheduler's server is not usable"
+        if not permitted:
+            return False, ("the connected user may not request actions "
+                           "(hold, release, Run now, Replay)")
+        try:
+            await self._call("schedules.hold", None, ScheduleView, timeout=min(self.timeout, 2.0))
+        except _NoService as exc:
+            return False, f"{exc}: actions need a running scheduler process"
+        except AdminError as exc:
+            return (True, None) if exc.code == ErrorCode.INVALID_REQUEST else (False, exc.message)
+        return True, None
+
+    # ------------------------------------------------------------------ events
+
+    def events(self, *, deployment_id: str | None = None, types: set[str] | None = None,
+               history: int = 100) -> AsyncIterator[AnyEvent]:
+        """The last ``history`` matching events (oldest first), then new ones as appended."""
+        return _follow(EventFeed(self.nc, self.names, deployment_id=deployment_id,
+                                 types=types, timeout=self.timeout), history)
+
+    async def recent_events(self, *, deployment_id: str | None = None,
+                            types: set[str] | None = None, history: int = 100
+                            ) -> list[AnyEvent]:
+        """Only the last ``history`` matching events, oldest first (no waiting for new ones)."""
+        feed = EventFeed(self.nc, self.names, deployment_id=deployment_id, types=types,
+                         timeout=self.timeout)
+        try:
+            return await feed.start(history, wait=False)
+        finally:
+            await feed.close()
+
+
+async def _wrap_list(views: Awaitable[list[ScheduleView]]) -> ScheduleList:
+    return ScheduleList(schedules=await views)
+
+
+def _decode_answer(msg: Msg, answer: type[A]) -> A:
+    headers = msg.headers or {}
+    if headers.get("Status") == "503":
+        raise _NoService("no scheduler process is running")
+    if "Nats-Service-Error-Code" in headers or msg.data.startswith(b'{"error"'):
+        try:
+            error = msgspec.json.decode(msg.data, type=ErrorAnswer).error
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            raise AdminError(ErrorCode.INTERNAL,
+                             headers.get("Nats-Service-Error") or "the scheduler failed") from None
+        raise AdminError(error.code, error.message)
+    try:
+        return msgspec.json.decode(msg.data, type=answer)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        raise AdminError(ErrorCode.INTERNAL,
+                         "the scheduler sent an answer this client cannot read "
+                         "(are both the same version?)") from None
+
+
+async def _follow(feed: EventFeed, history: int) -> AsyncIterator[AnyEvent]:
+    try:
+        for event in await feed.start(history):
+            yield event
+        async for event in feed.live():
+            yield event
+    finally:
+        await feed.close()
+
+
+class EventFeed:
+    """Ordered consumers on the Schedule and Run events, merged into one feed.
+
+    ``start(history)`` subscribes and returns the last ``history`` matching events (sorted
+    by time); ``live()`` then yields each new one. With a deployment filter, the history is
+    read from that deployment's subjects only.
+    """
+
+    def __init__(self, nc: Client, names: Names, *, deployment_id: str | None,
+                 types: set[str] | None, timeout: float) -> None:
+        self.nc = nc
+        self.js = nc.jetstream(timeout=timeout)
+        self.names = names
+        self.types = types
+        self.timeout = timeout
+        if deployment_id is None:
+            self.sources = [(names.schedules_stream, names.schedules_filter),
+                            (names.runs_stream, names.runs_filter)]
+        else:
+            self.sources = [(names.schedules_stream, names.schedule_subject(deployment_id)),
+                            (names.runs_stream, names.deployment_runs_filter(deployment_id))]
+        self.filtered = deployment_id is not None
+        self._queue: asyncio.Queue[tuple[int, Msg]] = asyncio.Queue()
+        self._subs: list[Any] = []
+
+    async def _subscribe(self, index: int, stream: str, subject: str, history: int) -> int:
+        """Subscribe one source; returns how many messages it has to deliver first."""
+        config = None
+        policy = DeliverPolicy.NEW
+        if history > 0 and self.filtered:
+            policy = DeliverPolicy.ALL
+        elif history > 0:
+            info = await self.js.stream_info(stream)
+            first = max(info.state.first_seq, info.state.last_seq - history + 1, 1)
+            policy = DeliverPolicy.BY_START_SEQUENCE
+            config = ConsumerConfig(opt_start_seq=first)
+
+        async def deliver(msg: Msg) -> None:
+            await self._queue.put((index, msg))
+
+        sub = await self.js.subscribe(subject, stream=stream, cb=deliver, ordered_consumer=True,
+                                      deliver_policy=policy, config=config, idle_heartbeat=2.0)
+        self._subs.append(sub)
+        if policy == DeliverPolicy.NEW:
+            return 0
+        # Messages may already have been pushed (no longer pending): count them too, so the
+        # history ends only with the message whose num_pending is 0.
+        info = await sub.consumer_info()
+        delivered = info.delivered.consumer_seq if info.delivered is not None else 0
+        return int((info.num_pending or 0) + (delivered or 0))
+
+    async def start(self, history: int, *, wait: bool = True) -> list[AnyEvent]:
+        """Subscribe; return the history. ``wait``: while no scheduler has ever run with
+        this prefix, wait for its events to appear (else there is no history: empty)."""
+        pending = {}
+        for index, (stream, subject) in enumerate(self.sources):
+            pending[index] = await guarded("events", lambda i=index, s=stream, f=subject:
+                                           self._wait_for_stream(i, s, f, history, wait))
+            if pending[index] < 0:
+                return []
+        caught_up = {i for i, n in pending.items() if n == 0}
+        buffered: list[tuple[AnyEvent, int]] = []
+        while len(caught_up) < len(self.sources):
+            try:
+                index, msg = await asyncio.wait_for(self._queue.get(), self.timeout)
+            except TimeoutError:
+                break  # a source went quiet before reporting the end: show what we have
+            self._keep(buffered, msg)
+            if msg.metadata.num_pending == 0:
+                caught_up.add(index)
+        while not self._queue.empty():
+            self._keep(buffered, self._queue.get_nowait()[1])
+        buffered.sort(key=lambda item: (item[0].at, item[1]))
+        events = [event for event, _ in buffered]
+        return events[-history:] if history > 0 else []
+
+    async def _wait_for_stream(self, index: int, stream: str, subject: str, history: int,
+                               wait: bool) -> int:
+        """Subscribe, waiting while no scheduler has created the event log yet (-1: none)."""
+        while True:
+            try:
+                return await self._subscribe(index, stream, subject, history)
+            except nats.js.errors.NotFoundError:
+                if not wait:
+                    return -1
+                await asyncio.sleep(0.5)  # poll: the first provider creates it at start
+
+    def _keep(self, buffered: list[tuple[AnyEvent, int]], msg: Msg) -> None:
+        event = self._decode(msg)
+        if event is not None:
+            buffered.append((event, msg.metadata.sequence.stream))
+
+    def _decode(self, msg: Msg) -> AnyEvent | None:
+        try:
+            event = decode_event(msg.data)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            log.warning("skipping an event this client cannot read on %s", msg.subject)
+            return None
+        return event if type_matches(event_type(event), self.types) else None
+
+    async def live(self) -> AsyncIterator[AnyEvent]:
+        while True:
+            _, msg = await self._queue.get()
+            event = self._decode(msg)
+            if event is not None:
+                yield event
+
+    async def close(self) -> None:
+        subs, self._subs = self._subs, []
+        for sub in subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()

@@ -1,0 +1,339 @@
+"""Read-only admin answers straight from the store, for when no scheduler process runs.
+
+Every event carries its aggregate's state after it (events.py), so the last event of each
+subject is the whole truth: Schedules are the last message per subject of the Schedule
+events, a deployment's Runs the last message per subject of ``<P>.run.<deployment>.*``, one
+Run the last message of ``<P>.run.*.<run>``. The answers are built by the same functions as
+the admin service's (views.py, health.py), so they look the same.
+
+The admin service also uses this module for what no single process knows: the live replicas
+(a scatter-gather request every replica answers), the leases and the store's health.
+
+Reading everything (``list_schedules`` with last-Run columns, ``health``) costs one message
+per Run of the whole history; that is acceptable for a fallback and for a console refresh
+while no process runs, and the service answers from memory otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TypeVar
+
+import msgspec
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js.api import DeliverPolicy
+
+from ..clock import Clock, SystemClock
+from ..events import RunRecord, ScheduleRecord, decode_run_event, decode_schedule_event
+from ..leases import LeaseValue
+from ..ledger import Ledger
+from ..names import Names, token
+from ..schedule_table import ScheduleTable
+from .api import (
+    AdminError,
+    ClusterStatus,
+    ErrorCode,
+    Health,
+    LeaseView,
+    ReplicaView,
+    RunList,
+    RunView,
+    ScheduleDetail,
+    ScheduleView,
+    StoreHealth,
+)
+from .health import HealthPolicy, build_health
+from .views import check_limit, run_page, run_view, schedule_detail, schedule_views
+
+T = TypeVar("T")
+
+REPLICA_STATUS_ENDPOINT = "replica.status"
+"""Under ``<P>.admin.``: every replica answers (each has its own queue group)."""
+
+_KV_OPERATION = "KV-Operation"
+
+
+@dataclass(frozen=True)
+class Stored:
+    """One message read back: its stream sequence, subject, body and headers."""
+
+    seq: int
+    subject: str
+    data: bytes
+    headers: dict[str, str]
+
+
+def _unreadable(what: str) -> AdminError:
+    return AdminError(
+        ErrorCode.UNAVAILABLE,
+        f"the scheduler store could not be read ({what}); check the connection and that "
+        "the connected user may read the scheduler's data",
+    )
+
+
+async def guarded(what: str, op: Callable[[], Awaitable[T]]) -> T:
+    """Run ``op``; engine and connection failures become a clean UNAVAILABLE AdminError."""
+    try:
+        return await op()
+    except AdminError:
+        raise
+    except (nats.errors.Error, nats.js.errors.Error, TimeoutError, OSError) as exc:
+        raise _unreadable(what) from exc
+
+
+async def last_per_subject(
+    nc: Client, stream: str, subject_filter: str, *, timeout: float = 5.0
+) -> list[Stored]:
+    """The last message of every subject matching ``subject_filter`` (empty if no stream).
+
+    An ordered consumer with ``DeliverPolicy.LAST_PER_SUBJECT``: the server sends one
+    message per subject, and a delivered message's ``num_pending`` of 0 says it was the
+    last one. The consumer pushes at once, so its info may already show nothing pending:
+    it is empty only if nothing was delivered either.
+    """
+    js = nc.jetstream(timeout=timeout)
+    try:
+        sub = await js.subscribe(subject_filter, stream=stream, ordered_consumer=True,
+                                 deliver_policy=DeliverPolicy.LAST_PER_SUBJECT)
+    except nats.js.errors.NotFoundError:
+        return []
+    found: list[Stored] = []
+    try:
+        info = await sub.consumer_info()
+        delivered = info.delivered.consumer_seq if info.delivered is not None else 0
+        pending = (info.num_pending or 0) + (delivered or 0)
+        while pending > 0:
+            msg: Msg = await sub.next_msg(timeout)
+            meta = msg.metadata
+            found.append(Stored(meta.sequence.stream, msg.subject, msg.data,
+                                dict(msg.headers or {})))
+            pending = meta.num_pending
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+    return found
+
+
+async def last_message(nc: Client, stream: str, subject: str, *, timeout: float = 5.0
+                       ) -> Stored | None:
+    """The last message of ``subject`` (wildcards allowed), or None."""
+    js = nc.jetstream(timeout=timeout)
+    try:
+        msg = await js.get_last_msg(stream, subject)
+    except nats.js.errors.NotFoundError:
+        return None
+    return Stored(int(msg.seq or 0), msg.subject or subject, msg.data or b"",
+                  dict(msg.headers or {}))
+
+
+async def gather(nc: Client, subject: str, payload: bytes = b"{}", *, timeout: float = 1.0,
+                 settle: float = 0.15) -> list[bytes]:
+    """Scatter-gather: publish once, collect every answer.
+
+    Stops ``settle`` seconds after the last answer, at ``timeout``, or at once when the
+    server reports that nobody listens (a 503 status message).
+    """
+    inbox = nc.new_inbox()
+    queue: asyncio.Queue[Msg] = asyncio.Queue()
+
+    async def collect(msg: Msg) -> None:
+        await queue.put(msg)
+
+    sub = await nc.subscribe(inbox, cb=collect)
+    answers: list[bytes] = []
+    try:
+        await nc.publish(subject, payload, reply=inbox)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            wait = min(remaining, settle) if answers else remaining
+            try:
+                msg = await asyncio.wait_for(queue.get(), wait)
+            except TimeoutError:
+                break
+            if (msg.headers or {}).get("Status") == "503":
+                break
+            answers.append(msg.data)
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+    return answers
+
+
+def _lease_value(stored: Stored) -> LeaseValue | None:
+    if stored.headers.get(_KV_OPERATION) in ("DEL", "PURGE") or not stored.data:
+        return None
+    try:
+        return msgspec.json.decode(stored.data, type=LeaseValue)
+    except msgspec.DecodeError:
+        return None
+
+
+class StoreReader:
+    """Read-only admin queries answered from the store (no scheduler process needed)."""
+
+    def __init__(
+        self,
+        nc: Client,
+        prefix: str = "SCHED",
+        *,
+        timeout: float = 5.0,
+        policy: HealthPolicy | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.nc = nc
+        self.names = Names(prefix)
+        self.timeout = timeout
+        self.policy = policy or HealthPolicy()
+        self.clock = clock or SystemClock()
+
+    # ------------------------------------------------------------------ loading
+
+    async def schedule_table(self) -> ScheduleTable:
+        stored = await guarded("schedules", lambda: last_per_subject(
+            self.nc, self.names.schedules_stream, self.names.schedules_filter,
+            timeout=self.timeout))
+        table = ScheduleTable()
+        for item in stored:
+            table.apply(item.seq, decode_schedule_event(item.data).schedule)
+        return table
+
+    async def ledger(self, deployment_id: str | None = None) -> Ledger:
+        """The Runs of one deployment, or of all deployments."""
+        subject = (self.names.runs_filter if deployment_id is None
+                   else self.names.deployment_runs_filter(deployment_id))
+        stored = await guarded("runs", lambda: last_per_subject(
+            self.nc, self.names.runs_stream, subject, timeout=self.timeout))
+        ledger = Ledger()
+        for item in stored:
+            ledger.apply(item.seq, decode_run_event(item.data).run)
+        return ledger
+
+    async def schedule_record(self, deployment_id: str) -> ScheduleRecord | None:
+        subject = self.names.schedule_subject(_checked(deployment_id, "deployment ID"))
+        stored = await guarded("a schedule", lambda: last_message(
+            self.nc, self.names.schedules_stream, subject, timeout=self.timeout))
+        return None if stored is None else decode_schedule_event(stored.data).schedule
+
+    async def run_record(self, run_id: str) -> RunRecord | None:
+        subject = self.names.run_lookup_filter(_checked(run_id, "run ID"))
+        stored = await guarded("a run", lambda: last_message(
+            self.nc, self.names.runs_stream, subject, timeout=self.timeout))
+        if stored is None:
+            return None
+        record = decode_run_event(stored.data).run
+        return record if record.run_id == run_id else None
+
+    async def leases(self) -> dict[str, LeaseValue]:
+        """run_id -> lease of every lease currently stored (expired ones included)."""
+        bucket = self.names.leases_bucket
+        stored = await guarded("leases", lambda: last_per_subject(
+            self.nc, f"KV_{bucket}", f"$KV.{bucket}.>", timeout=self.timeout))
+        found = {}
+        for item in stored:
+            value = _lease_value(item)
+            if value is not None:
+                found[value.run_id] = value
+        return found
+
+    # ------------------------------------------------------------------ answers
+
+    async def list_schedules(self, filter: str | None = None, *,
+                             include_deleted: bool = False) -> list[ScheduleView]:
+        table = await self.schedule_table()
+        ledger = await self.ledger()
+        return schedule_views(table.all(), ledger, self.clock.now(), filter=filter,
+                              include_deleted=include_deleted)
+
+    async def get_schedule(self, deployment_id: str) -> ScheduleDetail:
+        record = await self.schedule_record(deployment_id)
+        if record is None:
+            raise AdminError(ErrorCode.NOT_FOUND, f"deployment {deployment_id!r} has no schedule")
+        ledger = await self.ledger(deployment_id)
+        return schedule_detail(record, ledger, self.clock.now())
+
+    async def list_runs(self, deployment_id: str, *, limit: int = 50,
+                        before: str | None = None) -> RunList:
+        check_limit(limit)
+        _checked(deployment_id, "deployment ID")
+        ledger = await self.ledger(deployment_id)
+        return run_page(ledger, deployment_id, limit, before)
+
+    async def get_run(self, run_id: str) -> RunView:
+        record = await self.run_record(run_id)
+        if record is None:
+            raise AdminError(ErrorCode.NOT_FOUND, f"run {run_id!r} does not exist")
+        return run_view(record)
+
+    async def lease_views(self) -> list[LeaseView]:
+        now = self.clock.now()
+        views = [LeaseView(run_id=v.run_id, holder=v.holder, expires_at=v.expires_at)
+                 for v in (await self.leases()).values() if v.expires_at > now]
+        return sorted(views, key=lambda v: v.run_id)
+
+    async def replicas(self, timeout: float = 1.0) -> list[ReplicaView]:
+        """Every live replica's own view (identity, clock, in-flight Runs)."""
+        subject = f"{self.names.admin_prefix}.{REPLICA_STATUS_ENDPOINT}"
+        answers = await guarded("replicas", lambda: gather(self.nc, subject, timeout=timeout))
+        found = []
+        for data in answers:
+            with contextlib.suppress(msgspec.DecodeError):
+                found.append(msgspec.json.decode(data, type=ReplicaView))
+        return sorted(found, key=lambda r: r.identity)
+
+    async def store_health(self) -> StoreHealth:
+        """Reachability, server version, replicas and leader of the Run events."""
+        version = (self.nc._server_info or {}).get("version")
+        base = dict(reachable=self.nc.is_connected,
+                    server_version=str(version) if version else None)
+        js = self.nc.jetstream(timeout=self.timeout)
+        try:
+            runs = await js.stream_info(self.names.runs_stream)
+            schedules = await js.stream_info(self.names.schedules_stream)
+        except nats.js.errors.NotFoundError:
+            return StoreHealth(**base, detail=(  # type: ignore[arg-type]
+                f"not prepared: no scheduler process has started with prefix "
+                f"{self.names.prefix!r} yet"))
+        except (nats.errors.Error, nats.js.errors.Error, TimeoutError, OSError):
+            return StoreHealth(**base, detail="the scheduler's data could not be read")  # type: ignore[arg-type]
+        leader = runs.cluster.leader if runs.cluster is not None else None
+        detail = (f"{schedules.state.messages} schedule events, "
+                  f"{runs.state.messages} run events")
+        return StoreHealth(**base, replicas=runs.config.num_replicas,  # type: ignore[arg-type]
+                           leader=leader, detail=detail)
+
+    async def cluster_status(self, replica_timeout: float = 1.0) -> ClusterStatus:
+        replicas = await self.replicas(replica_timeout)
+        in_flight = sorted({run for r in replicas for run in r.in_flight})
+        return ClusterStatus(replicas=replicas, leases=await self.lease_views(),
+                             in_flight=in_flight, store=await self.store_health())
+
+    async def health(self) -> Health:
+        table = await self.schedule_table()
+        ledger = await self.ledger()
+        leases = lease_expiries(await self.leases())
+        return build_health(table.live(), ledger, leases, self.clock.now(), self.policy)
+
+
+def _checked(value: str, what: str) -> str:
+    """An ID usable in a lookup, or an INVALID_REQUEST error naming the problem."""
+    try:
+        token(value)
+    except (ValueError, TypeError) as exc:
+        raise AdminError(ErrorCode.INVALID_REQUEST, f"{what} is not usable: {exc}") from None
+    return value
+
+
+def lease_expiries(leases: dict[str, LeaseValue]) -> dict[str, datetime]:
+    """run_id -> expiry, the shape health.py takes."""
+    return {run_id: v.expires_at for run_id, v in leases.items()}

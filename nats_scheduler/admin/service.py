@@ -1,0 +1,359 @@
+"""The admin service: every provider process answers operators on ``<P>.admin.*``.
+
+Built on ``nats.micro`` (service name ``astrabox-scheduler``, metadata ``prefix`` and
+``identity``), so ``nats micro list/info/stats`` discover it. All endpoints share the
+default queue group, so one replica answers each request, except ``replica.status``, which
+every replica answers (a queue group of its own) so cluster status can count them.
+
+Requests and answers are the msgspec types of :mod:`.api`, as JSON. Every failure answers
+``{"error": {"code", "message"}}`` with a stable :class:`~.api.ErrorCode` (and the
+``Nats-Service-Error``/``-Code`` headers micro clients look for); messages speak AstraBox's
+words. Actions go through the provider (hold/release, enqueue), so each one is an event
+recording who asked and why: ``schedule.held``/``schedule.released`` carry ``by`` and
+``reason``, ``run.created`` carries ``requested_by`` and ``reason``.
+
+The provider does not know about this module: the dev host and the demo start it after
+``provider.start`` with :func:`start_admin_service` and stop it before ``provider.stop``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from importlib import metadata
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
+from nats.micro import add_service
+from nats.micro.request import Request
+from nats.micro.service import Service
+
+from ..clock import Clock, SystemClock
+from ..events import ScheduleRecord
+from ..names import SERVICE_NAME
+from ..seam import (
+    EnqueueRequest,
+    InvalidSchedule,
+    Run,
+    RunNotFound,
+    ScheduleCapacityExceeded,
+    ScheduleNotFound,
+    SchedulerConfigurationError,
+    SchedulerError,
+    SchedulerUnavailable,
+    Trigger,
+)
+from .api import (
+    AdminError,
+    BulkAction,
+    BulkResult,
+    ClusterStatus,
+    ErrorAnswer,
+    ErrorBody,
+    ErrorCode,
+    Health,
+    OperatorAction,
+    ReplayRequest,
+    ReplicaView,
+    RunList,
+    RunListRequest,
+    RunNowRequest,
+    RunRef,
+    RunView,
+    ScheduleDetail,
+    ScheduleList,
+    ScheduleListRequest,
+    ScheduleRef,
+    ScheduleView,
+)
+from .health import HealthPolicy, build_health
+from .reader import REPLICA_STATUS_ENDPOINT, StoreReader, lease_expiries
+from .views import run_page, run_view, schedule_detail, schedule_view, schedule_views
+
+if TYPE_CHECKING:
+    from ..provider import NatsSchedulerProvider
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R", bound=msgspec.Struct)
+
+_HTTP_LIKE = {
+    ErrorCode.INVALID_REQUEST: "400",
+    ErrorCode.FORBIDDEN: "403",
+    ErrorCode.NOT_FOUND: "404",
+    ErrorCode.CONFLICT: "409",
+    ErrorCode.INTERNAL: "500",
+    ErrorCode.UNAVAILABLE: "503",
+}
+"""``Nats-Service-Error-Code`` per error code (micro's convention is HTTP-like numbers)."""
+
+_encoder = msgspec.json.Encoder()
+
+
+class _Empty(msgspec.Struct, frozen=True):
+    """The body of requests that take no arguments (``{}`` or nothing)."""
+
+
+def _version() -> str:
+    try:
+        return metadata.version("astrabox-scheduler-nats")
+    except metadata.PackageNotFoundError:  # running from a source tree
+        return "0.0.0"
+
+
+def to_admin_error(exc: BaseException) -> AdminError:
+    """The admin error for anything an endpoint raised (messages are already clean)."""
+    if isinstance(exc, AdminError):
+        return exc
+    if isinstance(exc, (ScheduleNotFound, RunNotFound)):
+        return AdminError(ErrorCode.NOT_FOUND, str(exc))
+    if isinstance(exc, ScheduleCapacityExceeded):
+        return AdminError(ErrorCode.CONFLICT, str(exc))
+    if isinstance(exc, msgspec.ValidationError):  # before ValueError: it is one
+        return AdminError(ErrorCode.INVALID_REQUEST, f"the request is not valid: {exc}")
+    if isinstance(exc, msgspec.DecodeError):
+        return AdminError(ErrorCode.INVALID_REQUEST, "the request is not valid JSON")
+    if isinstance(exc, (InvalidSchedule, ValueError)):
+        return AdminError(ErrorCode.INVALID_REQUEST, str(exc))
+    if isinstance(exc, (SchedulerUnavailable, SchedulerConfigurationError, SchedulerError)):
+        return AdminError(ErrorCode.UNAVAILABLE, str(exc))
+    return AdminError(ErrorCode.INTERNAL,
+                      "the scheduler could not complete the request; see the scheduler's log")
+
+
+def error_body(error: AdminError) -> bytes:
+    return _encoder.encode(ErrorAnswer(error=ErrorBody(code=error.code, message=error.message)))
+
+
+def _required(value: str, what: str) -> str:
+    if not value or not value.strip():
+        raise AdminError(ErrorCode.INVALID_REQUEST, f"{what} must not be empty")
+    return value.strip()
+
+
+class AdminService:
+    """The micro service of one provider process. Use :func:`start_admin_service`."""
+
+    def __init__(self, provider: NatsSchedulerProvider, *,
+                 policy: HealthPolicy | None = None, clock: Clock | None = None) -> None:
+        self.provider = provider
+        self.clock: Clock = clock or SystemClock()
+        store = provider.store
+        self.nc = store.nc
+        self.names = store.names
+        self.policy = policy or HealthPolicy(lease_seconds=provider.settings.lease_seconds)
+        self.reader = StoreReader(self.nc, self.names.prefix, policy=self.policy,
+                                  clock=self.clock)
+        self.started_at: datetime | None = None
+        self._service: Service | None = None
+
+    @property
+    def _clock_now(self) -> datetime:
+        return self.clock.now()
+
+    @property
+    def service(self) -> Service:
+        assert self._service is not None, "start() first"
+        return self._service
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def endpoints(self) -> dict[str, tuple[type[msgspec.Struct], Callable[[Any], Awaitable[Any]]]]:
+        """Endpoint (under ``<P>.admin.``) -> (request type, handler)."""
+        return {
+            "schedules.list": (ScheduleListRequest, self.list_schedules),
+            "schedules.get": (ScheduleRef, self.get_schedule),
+            "schedules.hold": (OperatorAction, self.hold),
+            "schedules.release": (OperatorAction, self.release),
+            "schedules.hold_bulk": (BulkAction, self.hold_bulk),
+            "schedules.release_bulk": (BulkAction, self.release_bulk),
+            "runs.list": (RunListRequest, self.list_runs),
+            "runs.get": (RunRef, self.get_run),
+            "runs.run_now": (RunNowRequest, self.run_now),
+            "runs.replay": (ReplayRequest, self.replay),
+            "cluster.status": (_Empty, self.cluster_status),
+            "health": (_Empty, self.health),
+        }
+
+    async def start(self) -> None:
+        identity = self.provider.identity
+        self._service = await add_service(
+            self.nc,
+            name=SERVICE_NAME,
+            version=_version(),
+            description="AstraBox scheduler: Schedules, Runs, holds and health",
+            metadata={"prefix": self.names.prefix, "identity": identity},
+        )
+        admin = self.names.admin_prefix
+        for endpoint, (kind, handler) in self.endpoints().items():
+            await self.service.add_endpoint(
+                name=endpoint.replace(".", "_"), subject=f"{admin}.{endpoint}",
+                handler=self._wrap(kind, handler),
+            )
+        await self.service.add_endpoint(
+            name=REPLICA_STATUS_ENDPOINT.replace(".", "_"),
+            subject=f"{admin}.{REPLICA_STATUS_ENDPOINT}",
+            queue_group=f"replica-{self.service.id}",
+            handler=self._wrap(_Empty, self.replica_status),
+        )
+        await self.nc.flush()
+        self.started_at = self._clock_now
+        log.info("admin service for prefix %s started (%s)", self.names.prefix, identity)
+
+    async def stop(self) -> None:
+        service, self._service = self._service, None
+        if service is not None:
+            try:
+                await service.stop()
+            except Exception:  # a closed connection must not fail a shutdown
+                log.debug("stopping the admin service failed", exc_info=True)
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _wrap(self, kind: type[R], handler: Callable[[R], Awaitable[Any]]
+              ) -> Callable[[Request], Awaitable[None]]:
+        async def handle(request: Request) -> None:
+            try:
+                payload = msgspec.json.decode(request.data or b"{}", type=kind)
+                answer = await handler(payload)
+                body = _encoder.encode(answer)
+            except Exception as exc:  # every failure answers clean JSON, never a repr
+                error = to_admin_error(exc)
+                if error.code == ErrorCode.INTERNAL:
+                    log.exception("admin request on %s failed", request.subject)
+                await request.respond(error_body(error), headers={
+                    "Nats-Service-Error": error.message,
+                    "Nats-Service-Error-Code": _HTTP_LIKE[error.code],
+                })
+                return
+            await request.respond(body)
+
+        return handle
+
+    def _view(self, record: ScheduleRecord) -> ScheduleView:
+        return schedule_view(record, self.provider.ledger, self._clock_now)
+
+    # ------------------------------------------------------------------ Schedules
+
+    async def list_schedules(self, req: ScheduleListRequest) -> ScheduleList:
+        return ScheduleList(schedules=schedule_views(
+            self.provider.schedules.all(), self.provider.ledger, self._clock_now,
+            filter=req.filter, include_deleted=req.include_deleted))
+
+    async def get_schedule(self, req: ScheduleRef) -> ScheduleDetail:
+        record = self.provider.schedules.get(req.deployment_id)
+        if record is None:
+            record = await self.reader.schedule_record(req.deployment_id)
+        if record is None:
+            raise AdminError(ErrorCode.NOT_FOUND,
+                             f"deployment {req.deployment_id!r} has no schedule")
+        return schedule_detail(record, self.provider.ledger, self._clock_now)
+
+    async def hold(self, req: OperatorAction) -> ScheduleView:
+        by, reason = _required(req.by, "by"), _required(req.reason, "reason")
+        record = await self.provider.hold(req.deployment_id, by=by, reason=reason)
+        log.info("%s held %s: %s", by, req.deployment_id, reason)
+        return self._view(record)
+
+    async def release(self, req: OperatorAction) -> ScheduleView:
+        by, reason = _required(req.by, "by"), _required(req.reason, "reason")
+        record = await self.provider.release(req.deployment_id, by=by, reason=reason)
+        log.info("%s released %s: %s", by, req.deployment_id, reason)
+        return self._view(record)
+
+    async def _bulk(self, req: BulkAction, held: bool) -> BulkResult:
+        text = _required(req.filter, "a bulk action's filter")
+        by, reason = _required(req.by, "by"), _required(req.reason, "reason")
+        change = self.provider.hold if held else self.provider.release
+        changed, unchanged = [], []
+        for view in schedule_views(self.provider.schedules.all(), self.provider.ledger,
+                                   self._clock_now, filter=text):
+            if (view.hold is not None) == held:
+                unchanged.append(view.deployment_id)
+                continue
+            record = await change(view.deployment_id, by=by, reason=reason)
+            (changed if (record.hold is not None) == held else unchanged).append(
+                view.deployment_id)
+        log.info("%s %s %d schedules matching %r: %s", by, "held" if held else "released",
+                 len(changed), text, reason)
+        return BulkResult(changed=changed, unchanged=unchanged)
+
+    async def hold_bulk(self, req: BulkAction) -> BulkResult:
+        return await self._bulk(req, held=True)
+
+    async def release_bulk(self, req: BulkAction) -> BulkResult:
+        return await self._bulk(req, held=False)
+
+    # ------------------------------------------------------------------ Runs
+
+    async def list_runs(self, req: RunListRequest) -> RunList:
+        return run_page(self.provider.ledger, req.deployment_id, req.limit, req.before)
+
+    async def get_run(self, req: RunRef) -> RunView:
+        run = await self.provider.get_run(req.run_id)
+        record = self.provider.ledger.get(run.run_id)
+        return run_view(record) if record is not None else _from_seam(run)
+
+    async def _enqueue(self, request: EnqueueRequest, reason: str | None) -> RunView:
+        run = await self.provider.enqueue(request, reason=reason)
+        log.info("%s asked for %s of %s (%s): run %s", request.requested_by,
+                 request.trigger.value, request.deployment_id, reason or "no reason", run.run_id)
+        record = self.provider.ledger.get(run.run_id)
+        return run_view(record) if record is not None else _from_seam(run)
+
+    async def run_now(self, req: RunNowRequest) -> RunView:
+        by = _required(req.by, "by")
+        return await self._enqueue(EnqueueRequest(
+            deployment_id=req.deployment_id, trigger=Trigger.RUN_NOW,
+            request_id=req.request_id, requested_by=by), _reason(req.reason))
+
+    async def replay(self, req: ReplayRequest) -> RunView:
+        by = _required(req.by, "by")
+        original = await self.provider.get_run(req.run_id)
+        return await self._enqueue(EnqueueRequest(
+            deployment_id=original.deployment_id, trigger=Trigger.REPLAY,
+            replay_of=original.run_id, request_id=req.request_id, requested_by=by),
+            _reason(req.reason))
+
+    # ------------------------------------------------------------------ cluster
+
+    async def replica_status(self, _req: _Empty) -> ReplicaView:
+        dispatcher, ticker = self.provider.dispatcher, self.provider.ticker
+        return ReplicaView(
+            identity=self.provider.identity,
+            started_at=self.started_at,
+            now=self._clock_now,
+            in_flight=sorted(dispatcher.in_flight) if dispatcher is not None else [],
+            schedules_planned=ticker.planned if ticker is not None else 0,
+        )
+
+    async def cluster_status(self, _req: _Empty) -> ClusterStatus:
+        return await self.reader.cluster_status()
+
+    async def health(self, _req: _Empty) -> Health:
+        leases = lease_expiries(await self.reader.leases())
+        return build_health(self.provider.schedules.live(), self.provider.ledger, leases,
+                            self._clock_now, self.policy, alive_since=self.started_at)
+
+
+def _reason(value: str | None) -> str | None:
+    return value.strip() if value and value.strip() else None
+
+
+def _from_seam(run: Run) -> RunView:
+    """A RunView from the seam's Run (when the ledger has not seen it yet)."""
+    return msgspec.convert(msgspec.to_builtins(run), RunView)
+
+
+async def start_admin_service(provider: NatsSchedulerProvider, *,
+                              policy: HealthPolicy | None = None,
+                              clock: Clock | None = None) -> AdminService:
+    """Start the admin service on a started provider's connection; ``stop()`` it first.
+
+    ``clock`` is the clock of the answers' "now" (next due times, health); pass the
+    provider's own when tests drive it with a ManualClock.
+    """
+    service = AdminService(provider, policy=policy, clock=clock)
+    await service.start()
+    return service

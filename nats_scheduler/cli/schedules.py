@@ -1,0 +1,136 @@
+"""``schedules``, ``hold`` and ``release``: Schedules and operator holds.
+
+A hold (DESIGN.md point 7) stops a Schedule firing until released; AstraBox's ``apply``
+never clears it. Both need ``--reason``; who asked (``--by``, default ``user@host``) and
+when are recorded in the Schedule's events. ``--filter`` acts on every Schedule whose ID or
+name contains the text (case-insensitive); an empty filter is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..admin.api import BulkResult, ScheduleDetail, ScheduleView
+from .common import (
+    EXIT_INVALID,
+    EXIT_OK,
+    admin_client,
+    connection_flags,
+    default_actor,
+    output_flags,
+    print_json,
+    run_command,
+    table,
+    when,
+)
+
+
+def _state(view: ScheduleView) -> str:
+    if view.hold is not None:
+        return f"held by {view.hold.by}"
+    return view.state
+
+
+def schedule_rows(views: list[ScheduleView]) -> str:
+    return table(
+        ["DEPLOYMENT", "NAME", "STATE", "CRON", "TIMEZONE", "NEXT DUE", "LAST RUN", "FAILED 24H"],
+        [[v.deployment_id, v.name, _state(v), v.cron, v.timezone,
+          when(v.next_due[0]) if v.next_due else "-",
+          f"{v.last_run_state.value} {when(v.last_run_at)}" if v.last_run_state else "-",
+          v.failures_24h] for v in views],
+    )
+
+
+def detail_text(detail: ScheduleDetail) -> str:
+    v = detail.schedule
+    lines = [
+        f"deployment  {v.deployment_id}",
+        f"name        {v.name}",
+        f"state       {v.state}",
+        f"cron        {v.cron}  ({v.timezone})",
+        f"version     {v.version}",
+        f"target      {v.payload.target}",
+        f"prompt      {v.payload.prompt}",
+        f"updated     {when(v.updated_at)}",
+    ]
+    if v.hold is not None:
+        lines.append(f"held        by {v.hold.by} at {when(v.hold.at)}: {v.hold.reason}")
+    if v.last_run_state is not None:
+        lines.append(f"last run    {v.last_run_state.value} (created {when(v.last_run_at)})")
+    lines.append(f"failed 24h  {v.failures_24h}")
+    lines.append("upcoming:" if detail.upcoming else "upcoming    none (not firing)")
+    for due, note in zip(detail.upcoming, detail.dst_notes, strict=False):
+        lines.append(f"  {when(due)}" + (f"  {note}" if note else ""))
+    return "\n".join(lines)
+
+
+async def _schedules(args: argparse.Namespace) -> int:
+    async with admin_client(args) as client:
+        if args.deployment:
+            detail = await client.get_schedule(args.deployment)
+            if args.json:
+                print_json(detail)
+            else:
+                print(detail_text(detail), flush=True)
+            return EXIT_OK
+        views = await client.list_schedules(args.filter, include_deleted=args.all)
+        if args.json:
+            print_json(views)
+            return EXIT_OK
+        print(schedule_rows(views), flush=True)
+        if client.last_source == "store":
+            print("(read from the store: no scheduler process answered)", flush=True)
+    return EXIT_OK
+
+
+def _bulk_text(result: BulkResult, hold: bool) -> str:
+    changed = ", ".join(result.changed) or "none"
+    unchanged = ", ".join(result.unchanged) or "none"
+    return (f"{'held' if hold else 'released'}: {changed}\n"
+            f"unchanged ({'already held' if hold else 'not held'}): {unchanged}")
+
+
+async def _hold_or_release(args: argparse.Namespace, hold: bool) -> int:
+    if bool(args.deployment) == bool(args.filter):
+        print("error: give either a DEPLOYMENT or --filter TEXT", file=sys.stderr, flush=True)
+        return EXIT_INVALID
+    by = args.by or default_actor()
+    async with admin_client(args) as client:
+        if args.filter:
+            action = client.hold_bulk if hold else client.release_bulk
+            result = await action(args.filter, by=by, reason=args.reason)
+            if args.json:
+                print_json(result)
+            else:
+                print(_bulk_text(result, hold), flush=True)
+            return EXIT_OK
+        single = client.hold if hold else client.release
+        view = await single(args.deployment, by=by, reason=args.reason)
+        if args.json:
+            print_json(view)
+        else:
+            print(schedule_rows([view]), flush=True)
+    return EXIT_OK
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parents = [connection_flags(), output_flags()]
+    schedules = sub.add_parser("schedules", parents=parents,
+                               help="list Schedules, or show one with its next due times")
+    schedules.add_argument("deployment", nargs="?", help="show this Schedule in detail")
+    schedules.add_argument("--filter", help="only IDs or names containing this text")
+    schedules.add_argument("--all", action="store_true", help="include deleted Schedules")
+    schedules.set_defaults(func=lambda a: run_command(a, _schedules))
+
+    for name, hold in (("hold", True), ("release", False)):
+        command = sub.add_parser(
+            name, parents=parents,
+            help=("pause a Schedule (operator hold)" if hold else "lift an operator hold"))
+        command.add_argument("deployment", nargs="?")
+        command.add_argument("--filter", help="act on every Schedule whose ID or name "
+                                              "contains this text")
+        command.add_argument("--reason", required=True, help="why (recorded)")
+        command.add_argument("--by", help="who (recorded; default user@host)")
+        command.set_defaults(func=lambda a, h=hold: run_command(
+            a, lambda args: _hold_or_release(args, h)))

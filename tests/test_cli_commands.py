@@ -1,0 +1,207 @@
+"""Every ``nats-scheduler`` operator command against a real provider and admin service.
+
+The provider runs in the test's event loop; each command runs ``main()`` in a worker thread
+(it starts its own event loop), exactly as from a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import anyio
+import pytest
+
+from nats_scheduler.admin.service import AdminService, start_admin_service
+from nats_scheduler.cli.main import main
+from nats_scheduler.provider import NatsSchedulerProvider
+from nats_scheduler.seam import RunPayload, Schedule
+from nats_scheduler.testing.handler import RecordingRunHandler
+from nats_scheduler.testing.servers import unique_prefix
+from tests.providers import assert_clean, running
+
+pytestmark = pytest.mark.anyio
+
+
+@dataclass
+class Cli:
+    url: str
+    prefix: str
+    provider: NatsSchedulerProvider
+    service: AdminService
+    capsys: pytest.CaptureFixture[str]
+
+    async def run(self, *argv: str) -> tuple[int, str, str]:
+        """``nats-scheduler ARGV --url ... --prefix ...``: (exit code, stdout, stderr)."""
+        self.capsys.readouterr()
+        args = [*argv, "--url", self.url, "--prefix", self.prefix, "--timeout", "3"]
+        try:
+            code = await anyio.to_thread.run_sync(main, args)
+        except SystemExit as exc:  # argparse refusals
+            code = int(exc.code or 0)
+        out, err = self.capsys.readouterr()
+        return code, out, err
+
+    async def json(self, *argv: str) -> object:
+        code, out, err = await self.run(*argv, "--json")
+        assert code == 0, err
+        return json.loads(out)
+
+
+@pytest.fixture
+async def cli(nats_url: str, capsys: pytest.CaptureFixture[str]) -> AsyncIterator[Cli]:
+    prefix = unique_prefix()
+    handler = RecordingRunHandler()
+    async with running(nats_url, prefix, handler) as provider:
+        service = await start_admin_service(provider)
+        await provider.apply(Schedule("berlin-daily", "Berlin daily", "0 9 * * *",
+                                      "Europe/Berlin", True, RunPayload("agent", "report"), 1))
+        await provider.apply(Schedule("tokyo", "Tokyo", "*/30 * * * *", "Asia/Tokyo", True,
+                                      RunPayload("agent", "tick"), 1))
+        try:
+            yield Cli(nats_url, prefix, provider, service, capsys)
+        finally:
+            handler.close()
+            await service.stop()
+
+
+async def test_schedules_list_detail_and_json(cli: Cli) -> None:
+    code, out, _ = await cli.run("schedules")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["DEPLOYMENT", "NAME", "STATE"]
+    assert lines[1].startswith("berlin-daily") and "enabled" in lines[1]
+    code, out, _ = await cli.run("schedules", "berlin-daily")
+    assert code == 0 and "upcoming:" in out and "Europe/Berlin" in out
+    listed = await cli.json("schedules", "--filter", "TOK")
+    assert [s["deployment_id"] for s in listed] == ["tokyo"]  # type: ignore[union-attr, index]
+    code, _, err = await cli.run("schedules", "nope")
+    assert code == 3 and err.startswith("error: ")
+
+
+async def test_hold_release_single_and_bulk(cli: Cli) -> None:
+    held = await cli.json("hold", "tokyo", "--reason", "vendor outage", "--by", "alice")
+    assert held["state"] == "held" and held["hold"]["by"] == "alice"  # type: ignore[index]
+    code, out, _ = await cli.run("schedules")
+    assert "held by alice" in out
+    code, out, _ = await cli.run("release", "tokyo", "--reason", "back")
+    assert code == 0 and "enabled" in out
+    code, out, _ = await cli.run("hold", "--filter", "berlin", "--reason", "maintenance")
+    assert code == 0 and "held: berlin-daily" in out
+    bulk = await cli.json("release", "--filter", "Y", "--reason", "done")
+    assert bulk == {"changed": ["berlin-daily"], "unchanged": ["tokyo"]}
+    # refusals: no reason (usage), empty filter, unknown deployment, both or neither target
+    assert (await cli.run("hold", "tokyo"))[0] == 2
+    code, _, err = await cli.run("hold", "--filter", " ", "--reason", "x")
+    assert code == 2 and "filter" in err
+    assert (await cli.run("hold", "nope", "--reason", "x"))[0] == 3
+    assert (await cli.run("hold", "--reason", "x"))[0] == 2
+    code, out, _ = await cli.run("hold", "nope", "--reason", "x", "--json")
+    assert code == 3 and json.loads(out)["error"]["code"] == "not_found"
+
+
+async def test_run_now_replay_runs_and_run(cli: Cli) -> None:
+    first = await cli.json("run-now", "tokyo", "--reason", "check", "--by", "alice",
+                           "--wait", "10")
+    assert first["state"] == "dispatched" and first["requested_by"] == "alice"  # type: ignore[index]
+    replay = await cli.json("replay", first["run_id"], "--wait")  # type: ignore[index]
+    assert replay["replay_of"] == first["run_id"] and replay["state"] == "dispatched"  # type: ignore[index]
+    code, out, _ = await cli.run("runs", "tokyo", "--limit", "1")
+    assert code == 0 and replay["run_id"] in out  # type: ignore[index]
+    assert f"--before {replay['run_id']}" in out  # type: ignore[index]
+    page = await cli.json("runs", "tokyo", "--before", replay["run_id"])  # type: ignore[index]
+    assert [r["run_id"] for r in page["runs"]] == [first["run_id"]]  # type: ignore[index]
+    code, out, _ = await cli.run("run", first["run_id"])  # type: ignore[index]
+    assert code == 0 and "requested by alice" in " ".join(out.split())
+    assert (await cli.run("runs", "tokyo", "--limit", "0"))[0] == 2
+    assert (await cli.run("replay", "nope"))[0] == 3
+
+
+async def test_events_status_and_doctor(cli: Cli) -> None:
+    await cli.run("run-now", "tokyo", "--wait")
+    code, out, _ = await cli.run("events", "--deployment", "tokyo", "--type", "run.created",
+                                 "--type", "run.dispatched", "--json")
+    assert code == 0
+    kinds = [json.loads(line)["type"] for line in out.splitlines()]
+    assert kinds == ["run.created", "run.dispatched"]
+    code, out, _ = await cli.run("events", "--history", "3")
+    assert code == 0 and len(out.splitlines()) == 3
+    code, out, _ = await cli.run("status")
+    assert code == 0, out
+    assert "replicas alive: 1" in out and cli.provider.identity in out and "health: ok" in out
+    report = await cli.json("status")
+    assert report["healthy"] is True and report["source"] == "service"  # type: ignore[index]
+    code, out, _ = await cli.run("doctor")
+    assert code in (0, 7) and out.startswith("CHECK")
+    doctor = json.loads((await cli.run("doctor", "--json"))[1])
+    assert {"name", "status", "detail"} <= set(doctor["checks"][0])
+
+
+async def test_without_a_scheduler_process_reads_work_and_actions_say_why(cli: Cli) -> None:
+    await cli.service.stop()
+    code, out, _ = await cli.run("schedules")
+    assert code == 0 and "berlin-daily" in out and "read from the store" in out
+    code, out, _ = await cli.run("status")
+    assert code == 0 and "replicas alive: 0" in out
+    code, _, err = await cli.run("run-now", "tokyo")
+    assert code == 4 and "no scheduler process is running" in err
+    assert_clean(err)
+
+
+async def test_an_unreachable_server_is_a_clean_unavailable(capsys: pytest.CaptureFixture[str]
+                                                             ) -> None:
+    code = await anyio.to_thread.run_sync(
+        main, ["schedules", "--url", "nats://127.0.0.1:1", "--timeout", "0.5"])
+    err = capsys.readouterr().err
+    assert code == 4 and err.startswith("error: ") and "Traceback" not in err
+    assert_clean(err)
+
+
+def _spawn_cli(cli: Cli, *argv: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "ASTRABOX_NATS_URL": cli.url, "ASTRABOX_NATS_PREFIX": cli.prefix}
+    return subprocess.Popen(
+        [sys.executable, "-m", "nats_scheduler.cli.main", *argv],
+        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+
+
+async def test_events_follow_prints_new_events_until_ctrl_c(cli: Cli) -> None:
+    proc = _spawn_cli(cli, "events", "--follow", "--history", "0", "--deployment", "tokyo",
+                      "--type", "run.dispatched")
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)  # type: ignore[arg-type]
+    reader.start()
+    try:
+        # The follower starts within a second or two; Run now until it reports one.
+        deadline = time.monotonic() + 20
+        while not any("run.dispatched" in line for line in lines):
+            assert time.monotonic() < deadline, "events --follow printed nothing"
+            assert proc.poll() is None, proc.stderr.read()  # type: ignore[union-attr]
+            await cli.run("run-now", "tokyo", "--wait")
+            await anyio.sleep(0.3)  # poll interval for the subprocess's output
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+def test_clock_skew_is_measured_against_the_replicas_median() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from nats_scheduler.admin.api import ReplicaView
+    from nats_scheduler.cli.status import clock_skews
+
+    t = datetime(2026, 1, 1, tzinfo=UTC)
+    replicas = [ReplicaView(identity=name, now=t + timedelta(seconds=offset))
+                for name, offset in (("a", 0.0), ("b", 0.5), ("c", 3.0))]
+    assert clock_skews(replicas) == {"a": -0.5, "b": 0.0, "c": 2.5}
+    assert clock_skews([ReplicaView(identity="x")]) == {}
