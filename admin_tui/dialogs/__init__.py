@@ -1,0 +1,1 @@
+"""Modal dialogs of the console, one per module."""

@@ -1,0 +1,95 @@
+"""The Schedules table: one row per Schedule, health problems highlighted."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from rich.text import Text
+
+from nats_scheduler.admin.api import Health, ScheduleView
+
+from ..formatting import DASH, compact, styled, zone_short
+from .keyed_table import Cell, KeyedTable
+
+COLUMNS = (
+    ("name", "Name", 16),
+    ("cron", "Cron", 14),
+    ("zone", "Zone", 16),
+    ("state", "State", 8),
+    ("next", "Next due (zone)", 16),
+    ("utc", "UTC", 5),
+    ("in", "In", 7),
+    ("last", "Last run", 14),
+    ("fail", "F24h", 4),
+)
+
+
+@dataclass(frozen=True)
+class HealthFlags:
+    """The admin service's health signals, indexed by deployment."""
+
+    silent: frozenset[str] = frozenset()
+    stuck: frozenset[str] = frozenset()
+    failed: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, health: Health | None) -> HealthFlags:
+        if health is None:
+            return cls()
+        failed: dict[str, int] = {}
+        for run in health.failed_runs:
+            failed[run.deployment_id] = failed.get(run.deployment_id, 0) + 1
+        return cls(
+            silent=frozenset(health.silent_stops),
+            stuck=frozenset(r.deployment_id for r in health.stuck_runs),
+            failed=failed,
+        )
+
+    def problems(self, deployment_id: str) -> list[str]:
+        found = []
+        if deployment_id in self.silent:
+            found.append("silent stop: a due time passed without a Run")
+        if deployment_id in self.stuck:
+            found.append("stuck Run: pending or dispatching past its lease")
+        if self.failed.get(deployment_id):
+            found.append(f"{self.failed[deployment_id]} failed Run(s) in 24 h")
+        return found
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def schedule_cells(s: ScheduleView, flags: HealthFlags, now: datetime) -> list[Cell]:
+    """The cells of one row; pure, so the 1 s repaint only changes what changed."""
+    warn = s.deployment_id in flags.silent or s.deployment_id in flags.stuck
+    name = Text(("⚠ " if warn else "") + _clip(s.name, 14 if warn else 16),
+                style="bold red" if warn else "bold")
+    due = s.next_due[0] if s.next_due and s.state == "enabled" else None
+    last = styled(s.last_run_state.value if s.last_run_state else None)
+    if s.last_run_at is not None:
+        last.append(" " + compact(s.last_run_at, now).replace(" ago", ""), style="dim")
+    fails = max(s.failures_24h, flags.failed.get(s.deployment_id, 0))
+    return [
+        name,
+        Text(_clip(s.cron, 14)),
+        Text(_clip(s.timezone, 16)),
+        styled(s.state),
+        Text(zone_short(due, s.timezone)) if due else Text(DASH, style="dim"),
+        Text(due.strftime("%H:%M")) if due else Text(DASH, style="dim"),
+        Text(compact(due, now)) if due else Text(DASH, style="dim"),
+        last,
+        Text(str(fails), style="bold red") if fails else Text("0", style="dim"),
+    ]
+
+
+class ScheduleTable(KeyedTable):
+    """Rows keyed by deployment ID."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(COLUMNS, **kwargs)
+
+    def show(self, schedules: Sequence[ScheduleView], flags: HealthFlags, now: datetime) -> None:
+        self.set_rows([(s.deployment_id, schedule_cells(s, flags, now)) for s in schedules])

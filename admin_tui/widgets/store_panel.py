@@ -1,0 +1,32 @@
+"""The store's health as the admin service sees it."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from nats_scheduler.admin.api import ClusterStatus
+
+
+def store_table(status: ClusterStatus) -> Table:
+    store = status.store
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="dim", justify="right")
+    grid.add_column()
+    grid.add_row("Store", Text("✓ reachable", "bold green") if store.reachable
+                 else Text("✖ unreachable", "bold red"))
+    grid.add_row("Server", store.server_version or "—")
+    grid.add_row("Replicas", "—" if store.replicas is None else str(store.replicas))
+    grid.add_row("Leader", store.leader or "—")
+    if store.detail:
+        grid.add_row("Detail", Text(store.detail, style="yellow"))
+    grid.add_row("Processes", str(len(status.replicas)))
+    grid.add_row("In flight", str(len(status.in_flight)))
+    grid.add_row("Leases", str(len(status.leases)))
+    return grid
+
+
+class StorePanel(Static):
+    def show(self, status: ClusterStatus | None) -> None:
+        self.update(store_table(status) if status else Text("loading…", style="dim"))

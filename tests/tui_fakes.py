@@ -1,0 +1,430 @@
+"""A deterministic, in-memory AdminBackend for the console's snapshot and unit tests.
+
+Fixed data around a fixed instant (Saturday 2026-03-28 12:00 UTC, the eve of Europe's
+spring-forward) so that every screen has something to show: a held, a disabled, a failing,
+a silently stopped and a stuck Schedule, Runs of every trigger, a replay, DST notes.
+Actions change the data and push the matching events, like the real admin service, so the
+console's live path is exercised; :meth:`FakeBackend.advance_run` plays a provider moving a
+Run along. Behaviour against the real service is covered by tests/test_tui_live.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import msgspec
+
+from nats_scheduler import calendar
+from nats_scheduler import events as ev
+from nats_scheduler.admin.api import (
+    AdminError,
+    BulkResult,
+    ClusterStatus,
+    ErrorCode,
+    Health,
+    LeaseView,
+    ReplicaView,
+    RunList,
+    RunView,
+    ScheduleDetail,
+    ScheduleView,
+    StoreHealth,
+)
+from nats_scheduler.clock import ManualClock
+from nats_scheduler.events import Hold, RunRecord, ScheduleRecord
+from nats_scheduler.seam import RunPayload, RunState, Trigger
+
+NOW = datetime(2026, 3, 28, 12, 0, tzinfo=UTC)
+"""The frozen instant of every snapshot."""
+
+REPLICA_A = "sched-a-4121-1f2e3d"
+REPLICA_B = "sched-b-3377-9a8b7c"
+
+
+def frozen_clock() -> ManualClock:
+    return ManualClock(NOW)
+
+
+def _at(hours: float) -> datetime:
+    """``NOW`` shifted by ``hours`` (negative: in the past)."""
+    return NOW + timedelta(hours=hours)
+
+
+def _schedule(dep: str, name: str, cron: str, tz: str, *, enabled: bool = True,
+              hold: Hold | None = None, target: str = "agent/assistant",
+              version: int = 3) -> ScheduleRecord:
+    return ScheduleRecord(
+        deployment_id=dep, name=name, cron=cron, timezone=tz, enabled=enabled,
+        payload=RunPayload(target=target, prompt=f"Run the {name} routine and report."),
+        version=version, hold=hold, updated_at=_at(-30),
+    )
+
+
+def _run(run_id: str, dep: str, state: RunState, *, created: datetime,
+         trigger: Trigger = Trigger.SCHEDULE, attempts: int = 1, error: str | None = None,
+         replay_of: str | None = None, by: str | None = None, reason: str | None = None,
+         session: bool = True, holder: str | None = None) -> RunRecord:
+    done = state in (RunState.DISPATCHED, RunState.FAILED)
+    return RunRecord(
+        run_id=run_id, deployment_id=dep, trigger=trigger,
+        due_at=created if trigger == Trigger.SCHEDULE else None,
+        created_at=created, updated_at=created + timedelta(seconds=4 if done else 1),
+        state=state, payload=RunPayload(target="agent/assistant", prompt="Run the routine."),
+        session_id=f"ses_{run_id[1:9]}" if session else None,
+        turn_id=f"turn_{run_id[1:7]}" if state == RunState.DISPATCHED else None,
+        attempts=attempts, error=error, replay_of=replay_of, requested_by=by, reason=reason,
+        holder=holder,
+    )
+
+
+def seed_schedules() -> list[ScheduleRecord]:
+    return [
+        _schedule("dep-nightly-report", "nightly-report", "0 2 * * *", "Europe/Berlin",
+                  target="agent/reporter"),
+        _schedule("dep-hourly-sync", "hourly-sync", "0 * * * *", "UTC", target="agent/sync"),
+        _schedule("dep-weekly-digest", "weekly-digest", "30 9 * * MON", "America/New_York",
+                  hold=Hold(by="alice", reason="newsletter template is being rewritten",
+                            at=_at(-1.75))),
+        _schedule("dep-billing-close", "billing-close", "0 0 1 * *", "Asia/Tokyo",
+                  enabled=False),
+        _schedule("dep-minutely-ping", "minutely-ping", "*/5 * * * *", "UTC"),
+        _schedule("dep-export-ledger", "export-ledger", "15 3 * * *", "Europe/London"),
+        _schedule("dep-lunch-reminder", "lunch-reminder", "0 12 * * MON-FRI",
+                  "Australia/Sydney"),
+    ]
+
+
+def seed_runs() -> list[RunRecord]:
+    failed = RunState.FAILED
+    done = RunState.DISPATCHED
+    return [
+        _run("s7kq2nightly0327", "dep-nightly-report", done, created=_at(-35)),
+        _run("s3hx8nightly0326", "dep-nightly-report", done, created=_at(-59)),
+        _run("s9ab1nightly0325", "dep-nightly-report", failed, created=_at(-83), attempts=8,
+             error="the target agent did not answer (retries exhausted)"),
+        _run("mr4d2replay0325x", "dep-nightly-report", done, created=_at(-80),
+             trigger=Trigger.REPLAY, replay_of="s9ab1nightly0325", by="alice",
+             reason="agent fixed, re-running the report"),
+        _run("s1hs1hourly1100x", "dep-hourly-sync", done, created=_at(-1)),
+        _run("s2hs2hourly1000x", "dep-hourly-sync", failed, created=_at(-2), attempts=3,
+             error="session limit reached"),
+        _run("s3hs3hourly0900x", "dep-hourly-sync", failed, created=_at(-3), attempts=1,
+             error="permanent: prompt rejected", session=False),
+        _run("s4hs4hourly0800x", "dep-hourly-sync", done, created=_at(-4)),
+        _run("s5mp5ping1130xxx", "dep-minutely-ping", done, created=_at(-0.5)),
+        _run("s6el6export0315x", "dep-export-ledger", RunState.DISPATCHING,
+             created=_at(-8.75), holder=REPLICA_B),
+        _run("mq7lr7lunchnow01", "dep-lunch-reminder", RunState.PENDING, created=_at(-0.02),
+             trigger=Trigger.RUN_NOW, by="bob", reason="testing the new prompt", session=False,
+             attempts=0),
+    ]
+
+
+class FakeBackend:
+    """The AdminBackend protocol over the fixed data above; ``calls`` records each call."""
+
+    def __init__(self, clock: ManualClock | None = None, *, can_act: bool = True,
+                 act_reason: str | None = None) -> None:
+        self.clock = clock or frozen_clock()
+        self.schedules = {s.deployment_id: s for s in seed_schedules()}
+        self.runs = {r.run_id: r for r in seed_runs()}
+        self._can_act = (can_act, act_reason)
+        self.calls: list[tuple[str, object]] = []
+        self.log: list[object] = self._seed_events()
+        self._queues: list[asyncio.Queue[object]] = []
+        self._ids = itertools.count(1)
+        self._last_stamp = NOW
+        self.unavailable = False
+
+    # ------------------------------------------------------------------ helpers
+
+    def _stamp(self) -> datetime:
+        """Now, but strictly increasing: two changes at one frozen instant stay ordered."""
+        self._last_stamp = max(self.clock.now(), self._last_stamp + timedelta(microseconds=1))
+        return self._last_stamp
+
+    def _check(self, name: str, arg: object = None) -> None:
+        self.calls.append((name, arg))
+        if self.unavailable:
+            raise AdminError(ErrorCode.UNAVAILABLE, "no scheduler process is running")
+
+    def _seed_events(self) -> list[object]:
+        events: list[object] = []
+        for s in self.schedules.values():
+            events.append(ev.ScheduleApplied(at=s.updated_at, actor=REPLICA_A, schedule=s))
+        held = self.schedules["dep-weekly-digest"]
+        assert held.hold is not None
+        events.append(ev.ScheduleHeld(at=held.hold.at, actor="alice", schedule=held,
+                                      by="alice", reason=held.hold.reason))
+        for run in sorted(self.runs.values(), key=lambda r: r.created_at)[-6:]:
+            events.append(ev.RunCreated(at=run.created_at, actor=REPLICA_A, run=run))
+            if run.state == RunState.FAILED:
+                events.append(ev.RunFailed(at=run.updated_at, actor=REPLICA_A, run=run,
+                                           error=run.error or ""))
+            elif run.state == RunState.DISPATCHED:
+                events.append(ev.RunDispatched(at=run.updated_at, actor=REPLICA_A, run=run,
+                                               turn_id=run.turn_id or ""))
+        events.sort(key=lambda e: e.at)  # type: ignore[attr-defined]
+        return events
+
+    def publish(self, event: object) -> None:
+        self.log.append(event)
+        for queue in list(self._queues):
+            queue.put_nowait(event)
+
+    def break_feed(self, message: str = "the connection to the scheduler broke") -> None:
+        """End every open event stream with an ``unavailable`` error."""
+        for queue in list(self._queues):
+            queue.put_nowait(AdminError(ErrorCode.UNAVAILABLE, message))
+
+    @property
+    def feeds(self) -> int:
+        """How many event streams are open (tests wait for the console to subscribe)."""
+        return len(self._queues)
+
+    def _view(self, s: ScheduleRecord) -> ScheduleView:
+        runs = self._runs_of(s.deployment_id)
+        since = self.clock.now() - timedelta(hours=24)
+        return ScheduleView(
+            deployment_id=s.deployment_id, name=s.name, cron=s.cron, timezone=s.timezone,
+            enabled=s.enabled, deleted=s.deleted, version=s.version, payload=s.payload,
+            hold=s.hold, state=_state(s), next_due=self._upcoming(s, 3),
+            last_run_state=runs[0].state if runs else None,
+            last_run_at=runs[0].created_at if runs else None,
+            failures_24h=sum(1 for r in runs
+                             if r.state == RunState.FAILED and r.created_at >= since),
+            updated_at=s.updated_at,
+        )
+
+    def _upcoming(self, s: ScheduleRecord, count: int) -> list[datetime]:
+        if not s.active:
+            return []
+        return calendar.upcoming(s.cron, s.timezone, self.clock.now(), count)
+
+    def _runs_of(self, dep: str) -> list[RunRecord]:
+        runs = [r for r in self.runs.values() if r.deployment_id == dep]
+        return sorted(runs, key=lambda r: (r.created_at, r.run_id), reverse=True)
+
+    def _get(self, dep: str) -> ScheduleRecord:
+        found = self.schedules.get(dep)
+        if found is None or found.deleted:
+            raise AdminError(ErrorCode.NOT_FOUND, f"deployment {dep!r} has no schedule")
+        return found
+
+    def _matching(self, text: str) -> list[ScheduleRecord]:
+        needle = text.casefold()
+        return [s for s in self.schedules.values() if not s.deleted and (
+            needle in s.deployment_id.casefold() or needle in s.name.casefold())]
+
+    # ------------------------------------------------------------------ reads
+
+    async def list_schedules(self, filter: str | None = None) -> list[ScheduleView]:
+        self._check("list_schedules", filter)
+        return [self._view(s) for s in self._matching(filter or "")]
+
+    async def get_schedule(self, deployment_id: str) -> ScheduleDetail:
+        self._check("get_schedule", deployment_id)
+        s = self._get(deployment_id)
+        upcoming = self._upcoming(s, 10)
+        notes = [calendar.dst_transition_near(s.timezone, t, s.cron) for t in upcoming]
+        return ScheduleDetail(schedule=self._view(s), upcoming=upcoming, dst_notes=notes)
+
+    async def list_runs(self, deployment_id: str, *, limit: int = 50,
+                        before: str | None = None) -> RunList:
+        self._check("list_runs", (deployment_id, limit, before))
+        runs = self._runs_of(deployment_id)
+        if before is not None:
+            ids = [r.run_id for r in runs]
+            runs = runs[ids.index(before) + 1:] if before in ids else []
+        page = runs[:limit]
+        more = len(runs) > limit
+        return RunList(runs=[_run_view(r) for r in page],
+                       next_before=page[-1].run_id if more and page else None)
+
+    async def get_run(self, run_id: str) -> RunView:
+        self._check("get_run", run_id)
+        if run_id not in self.runs:
+            raise AdminError(ErrorCode.NOT_FOUND, f"no run {run_id!r}")
+        return _run_view(self.runs[run_id])
+
+    async def cluster_status(self) -> ClusterStatus:
+        self._check("cluster_status")
+        now = self.clock.now()
+        in_flight = [r.run_id for r in self.runs.values()
+                     if r.state == RunState.DISPATCHING]
+        return ClusterStatus(
+            replicas=[
+                ReplicaView(identity=REPLICA_A, started_at=_at(-6), now=now + timedelta(
+                    milliseconds=200), in_flight=[], schedules_planned=6),
+                ReplicaView(identity=REPLICA_B, started_at=_at(-30), now=now - timedelta(
+                    seconds=2.5), in_flight=in_flight, schedules_planned=6),
+            ],
+            leases=[LeaseView(run_id=r, holder=REPLICA_B, expires_at=_at(-8.7))
+                    for r in in_flight],
+            in_flight=in_flight,
+            store=StoreHealth(reachable=True, server_version="2.15.1", replicas=1,
+                              leader="astrabox-demo"),
+        )
+
+    async def health(self) -> Health:
+        self._check("health")
+        since = self.clock.now() - timedelta(hours=24)
+        runs = sorted(self.runs.values(), key=lambda r: r.created_at, reverse=True)
+        return Health(
+            silent_stops=["dep-minutely-ping"],
+            stuck_runs=[_run_view(r) for r in runs if r.state == RunState.DISPATCHING],
+            failed_runs=[_run_view(r) for r in runs
+                         if r.state == RunState.FAILED and r.created_at >= since],
+        )
+
+    async def can_act(self) -> tuple[bool, str | None]:
+        self._check("can_act")
+        return self._can_act
+
+    async def events(self, *, deployment_id: str | None = None,
+                     types: set[str] | None = None,
+                     history: int = 100) -> AsyncIterator[object]:
+        self._check("events", history)
+        queue: asyncio.Queue[object] = asyncio.Queue()
+        self._queues.append(queue)
+        try:
+            for event in self.log[-history:] if history > 0 else []:
+                yield event
+            while True:
+                item = await queue.get()
+                if isinstance(item, AdminError):
+                    raise item
+                yield item
+        finally:
+            self._queues.remove(queue)
+
+    # ------------------------------------------------------------------ actions
+
+    def _refuse_if_read_only(self) -> None:
+        if not self._can_act[0]:
+            raise AdminError(ErrorCode.FORBIDDEN, self._can_act[1] or "read-only user")
+
+    def _set_hold(self, dep: str, hold: Hold | None, by: str, reason: str) -> bool:
+        s = self._get(dep)
+        if (s.hold is None) == (hold is None):
+            return False
+        new = msgspec.structs.replace(s, hold=hold, updated_at=self._stamp())
+        self.schedules[dep] = new
+        kind = ev.ScheduleHeld if hold else ev.ScheduleReleased
+        self.publish(kind(at=new.updated_at, actor=by, schedule=new, by=by, reason=reason))
+        return True
+
+    async def hold(self, deployment_id: str, *, by: str, reason: str) -> ScheduleView:
+        self._check("hold", (deployment_id, by, reason))
+        self._refuse_if_read_only()
+        self._set_hold(deployment_id, Hold(by=by, reason=reason, at=self._stamp()), by, reason)
+        return self._view(self.schedules[deployment_id])
+
+    async def release(self, deployment_id: str, *, by: str, reason: str) -> ScheduleView:
+        self._check("release", (deployment_id, by, reason))
+        self._refuse_if_read_only()
+        self._set_hold(deployment_id, None, by, reason)
+        return self._view(self.schedules[deployment_id])
+
+    async def _bulk(self, name: str, text: str, by: str, reason: str, hold: bool) -> BulkResult:
+        self._check(name, (text, by, reason))
+        self._refuse_if_read_only()
+        changed, unchanged = [], []
+        for s in self._matching(text):
+            new_hold = Hold(by=by, reason=reason, at=self._stamp()) if hold else None
+            done = self._set_hold(s.deployment_id, new_hold, by, reason)
+            (changed if done else unchanged).append(s.deployment_id)
+        return BulkResult(changed=changed, unchanged=unchanged)
+
+    async def hold_bulk(self, filter: str, *, by: str, reason: str) -> BulkResult:
+        return await self._bulk("hold_bulk", filter, by, reason, True)
+
+    async def release_bulk(self, filter: str, *, by: str, reason: str) -> BulkResult:
+        return await self._bulk("release_bulk", filter, by, reason, False)
+
+    def _enqueue(self, dep: str, trigger: Trigger, by: str, reason: str | None,
+                 replay_of: str | None = None) -> RunView:
+        s = self._get(dep)
+        stamp = self._stamp()
+        run = RunRecord(
+            run_id=f"mfake{next(self._ids):04d}requested", deployment_id=dep, trigger=trigger,
+            due_at=None, created_at=stamp, updated_at=stamp, state=RunState.PENDING,
+            payload=self.runs[replay_of].payload if replay_of else s.payload,
+            replay_of=replay_of, requested_by=by, reason=reason,
+        )
+        self.runs[run.run_id] = run
+        self.publish(ev.RunCreated(at=stamp, actor=REPLICA_A, run=run))
+        return _run_view(run)
+
+    async def run_now(self, deployment_id: str, *, by: str,
+                      reason: str | None = None) -> RunView:
+        self._check("run_now", (deployment_id, by, reason))
+        self._refuse_if_read_only()
+        return self._enqueue(deployment_id, Trigger.RUN_NOW, by, reason)
+
+    async def replay(self, run_id: str, *, by: str, reason: str | None = None) -> RunView:
+        self._check("replay", (run_id, by, reason))
+        self._refuse_if_read_only()
+        original = self.runs.get(run_id)
+        if original is None:
+            raise AdminError(ErrorCode.NOT_FOUND, f"no run {run_id!r}")
+        return self._enqueue(original.deployment_id, Trigger.REPLAY, by, reason, run_id)
+
+    # ------------------------------------------------------------------ provider stand-in
+
+    def advance_run(self, run_id: str, state: RunState, *, error: str | None = None) -> None:
+        """Move a Run on like a provider would, and push the event."""
+        run = self.runs[run_id]
+        stamp = self._stamp()
+        changes: dict[str, object] = {"state": state, "updated_at": stamp}
+        if state == RunState.DISPATCHING:
+            changes.update(attempts=run.attempts + 1, holder=REPLICA_A)
+            kind: type[ev.RunEvent] = ev.RunClaimed
+            extra: dict[str, object] = {"holder": REPLICA_A}
+        elif state == RunState.DISPATCHED:
+            changes.update(session_id=f"ses_{run_id[1:9]}", turn_id="turn_x", holder=None)
+            kind, extra = ev.RunDispatched, {"turn_id": "turn_x"}
+        else:
+            changes.update(error=error or "failed", holder=None)
+            kind, extra = ev.RunFailed, {"error": error or "failed"}
+        new = msgspec.structs.replace(run, **changes)
+        self.runs[run_id] = new
+        self.publish(kind(at=stamp, actor=REPLICA_A, run=new, **extra))
+
+
+def _state(s: ScheduleRecord) -> str:
+    if s.deleted:
+        return "deleted"
+    if s.hold is not None:
+        return "held"
+    return "enabled" if s.enabled else "disabled"
+
+
+def _run_view(r: RunRecord) -> RunView:
+    return RunView(**{f: getattr(r, f) for f in RunView.__struct_fields__})
+
+
+# ----------------------------------------------------------------------------- screens as text
+
+
+def screen_text(app: object) -> str:
+    """The current screen as plain text (what the SVG snapshot shows, without styles).
+
+    Same rendering path as ``App.export_screenshot``, exported as text so a snapshot diff
+    is readable in a review.
+    """
+    import io
+
+    from rich.console import Console
+
+    width, height = app.size  # type: ignore[attr-defined]
+    console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True,
+                      color_system="truecolor", record=True, legacy_windows=False,
+                      safe_box=False)
+    screen = app.screen  # type: ignore[attr-defined]
+    console.print(screen._compositor.render_update(
+        full=True, screen_stack=app._background_screens))  # type: ignore[attr-defined]
+    return "\n".join(line.rstrip() for line in console.export_text().splitlines())
