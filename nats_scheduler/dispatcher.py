@@ -30,7 +30,6 @@ from .seam import (
     RunHandler,
     RunInvocation,
     RunPermanentError,
-    RunState,
     SchedulerError,
     Trigger,
 )
@@ -176,14 +175,14 @@ class Dispatcher:
             acquired = await self._leases.acquire(run_id)
             if acquired is None:
                 return
-            lease, previous = acquired
+            lease, _previous_holder = acquired
             holding = _Holding(lease)
             self._holdings[run_id] = holding
             me = asyncio.current_task()
             assert me is not None
             renewer = asyncio.create_task(self._renew(holding, me))
             try:
-                await self._attempts(holding, previous)
+                await self._attempts(holding)
             except (_LostRun, Conflict):
                 log.info("run %s is now held by another process", run_id)
             except SchedulerError:
@@ -199,7 +198,7 @@ class Dispatcher:
                     with contextlib.suppress(Exception):
                         await asyncio.shield(self._leases.release(holding.lease))
 
-    async def _attempts(self, holding: _Holding, previous: str | None) -> None:
+    async def _attempts(self, holding: _Holding) -> None:
         known = self._ledger.get(holding.lease.run_id)
         if known is None:
             raise _LostRun()
@@ -355,7 +354,3 @@ class Dispatcher:
                 task.cancel()
                 return
 
-
-def is_dispatchable(record: RunRecord) -> bool:
-    """Whether a Run still needs dispatching."""
-    return record.state in (RunState.PENDING, RunState.DISPATCHING)
