@@ -30,3 +30,11 @@ tui:
 # Run the 3-node cluster of cluster/ (nats-server.conf's users; data in ./.cluster)
 cluster *args:
     .venv/bin/python -m nats_scheduler.security cluster {{args}}
+
+# Run the benchmarks (each prints figures and ratios against a same-run reference)
+bench:
+    .venv/bin/python bench/list_runs.py
+    .venv/bin/python bench/capacity.py
+    .venv/bin/python bench/takeover.py
+    .venv/bin/python bench/pause_visibility.py
+    .venv/bin/python bench/tui_action_latency.py
