@@ -11,29 +11,16 @@ from __future__ import annotations
 import msgspec
 
 from nats_scheduler.admin.api import RunView, ScheduleView
-from nats_scheduler.events import RunRecord, ScheduleRecord
+from nats_scheduler.admin.views import run_view, schedule_state
+from nats_scheduler.events import ScheduleRecord
 
-_RUN_FIELDS = RunView.__struct_fields__
-
-
-def run_view(record: RunRecord) -> RunView:
-    """The admin view of a Run record carried by an event."""
-    return RunView(**{name: getattr(record, name) for name in _RUN_FIELDS})
+__all__ = ["merge_schedule", "newest_run", "run_view"]
 
 
 def newest_run(loaded: RunView, pushed: RunView | None) -> RunView:
     if pushed is not None and pushed.updated_at > loaded.updated_at:
         return pushed
     return loaded
-
-
-def schedule_state(record: ScheduleRecord) -> str:
-    """The operator-facing state of a Schedule record (as ScheduleView.state)."""
-    if record.deleted:
-        return "deleted"
-    if record.hold is not None:
-        return "held"
-    return "enabled" if record.enabled else "disabled"
 
 
 def merge_schedule(view: ScheduleView, pushed: ScheduleRecord | None) -> ScheduleView:
