@@ -29,7 +29,7 @@ tui:
 
 # Run the 3-node cluster of cluster/ (nats-server.conf's users; data in ./.cluster)
 cluster *args:
-    .venv/bin/python -m nats_scheduler.security cluster {{args}}
+    .venv/bin/python -m nats_scheduler.natsserver.config cluster {{args}}
 
 # Run the benchmarks (each prints figures and ratios against a same-run reference)
 bench:

@@ -24,9 +24,9 @@ from textual.binding import Binding, BindingType
 from textual.reactive import reactive
 from textual.screen import Screen
 
-from nats_scheduler import events as ev
 from nats_scheduler.admin.api import AdminBackend, AdminError, Health
 from nats_scheduler.clock import Clock, SystemClock
+from nats_scheduler.core import events as ev
 
 from .commands import ConsoleCommands
 from .messages import BackendEvent, LinkRestored

@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 
 from rich.text import Text
 
-from nats_scheduler import events as ev
-from nats_scheduler.calendar import load_zone
+from nats_scheduler.core import events as ev
+from nats_scheduler.core.calendar import load_zone
 from nats_scheduler.seam import InvalidSchedule, RunState
 
 DASH = "—"

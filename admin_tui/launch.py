@@ -21,12 +21,12 @@ import nats
 
 from nats_scheduler.admin.api import AdminBackend
 from nats_scheduler.admin.client import AdminClient
+from nats_scheduler.jetstream.connection import connect_options
 from nats_scheduler.seam import (
     SchedulerConfigurationError,
     SchedulerUnavailable,
 )
 from nats_scheduler.settings import NatsSettings, connection_flags_env
-from nats_scheduler.store import connect_options
 
 from .app import AstraboxConsole
 

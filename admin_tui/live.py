@@ -12,7 +12,7 @@ import msgspec
 
 from nats_scheduler.admin.api import RunView, ScheduleView
 from nats_scheduler.admin.views import run_view, schedule_state
-from nats_scheduler.events import ScheduleRecord
+from nats_scheduler.core.events import ScheduleRecord
 
 __all__ = ["merge_schedule", "newest_run", "run_view"]
 

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from nats.js.api import StreamConfig
 
 from nats_scheduler import ManualClock, NatsSchedulerProvider, NatsSettings
-from nats_scheduler.natsserver import NatsServer
+from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.seam import RunPayload, RunState, Schedule
 from nats_scheduler.testing.handler import RecordingRunHandler
 

@@ -17,10 +17,11 @@ from datetime import UTC, datetime, timedelta
 
 from nats.js.api import DeliverPolicy
 
-from nats_scheduler import NatsSchedulerProvider, NatsSettings, runcore
-from nats_scheduler.events import decode_run_event, encode
+from nats_scheduler import NatsSchedulerProvider, NatsSettings
+from nats_scheduler.core import runcore
+from nats_scheduler.core.events import decode_run_event, encode
 from nats_scheduler.names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, Names, random_run_id
-from nats_scheduler.natsserver import NatsServer
+from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.seam import RunPayload, Schedule, Trigger
 from nats_scheduler.testing.handler import RecordingRunHandler
 

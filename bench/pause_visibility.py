@@ -33,10 +33,10 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from nats_scheduler.dispatcher import NOT_STARTED_AFTER_PAUSE
-from nats_scheduler.events import RunClaimed, RunCreated, RunFailed
-from nats_scheduler.natsserver import NatsServer
+from nats_scheduler.core.events import RunClaimed, RunCreated, RunFailed
+from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.provider import NatsSchedulerProvider
+from nats_scheduler.runtime.dispatcher import NOT_STARTED_AFTER_PAUSE
 from nats_scheduler.testing.history import deployment_run_history
 from nats_scheduler.testing.replicas import ReplicaProcess, ReplicaSet
 from nats_scheduler.testing.servers import connect_fast

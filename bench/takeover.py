@@ -24,8 +24,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from nats_scheduler.events import RunClaimed
-from nats_scheduler.natsserver import NatsServer
+from nats_scheduler.core.events import RunClaimed
+from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.settings import NatsSettings
 from nats_scheduler.testing.history import run_history
 from nats_scheduler.testing.replicas import ReplicaSet

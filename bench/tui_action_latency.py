@@ -32,7 +32,7 @@ from admin_tui.widgets.run_table import RunTable
 from admin_tui.widgets.schedule_table import ScheduleTable
 from nats_scheduler import NatsSchedulerProvider, NatsSettings
 from nats_scheduler.admin.service import start_admin_service
-from nats_scheduler.natsserver import NatsServer
+from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.seam import RunPayload, Schedule
 from nats_scheduler.testing.handler import RecordingRunHandler
 

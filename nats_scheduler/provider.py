@@ -1,7 +1,8 @@
 """``NatsSchedulerProvider``: the AstraBox scheduler provider ``nats``.
 
 This module is glue: it validates what AstraBox passes in, asks the functional cores
-(:mod:`schedulecore`, :mod:`runcore`) what to write, has :class:`~nats_scheduler.store.Store`
+(:mod:`schedulecore`, :mod:`runcore`) what to write, has
+:class:`~nats_scheduler.jetstream.store.Store`
 append it conditionally, and answers reads from the projections. The pieces:
 
 - :mod:`store` - connection, streams, conditional appends (uniqueness, single writer)
@@ -20,11 +21,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import ClassVar
 
-from . import calendar, runcore, schedulecore
 from .clock import Clock, SystemClock
-from .dispatcher import Dispatcher
-from .errors import Conflict
-from .events import (
+from .core import calendar, runcore, schedulecore
+from .core.events import (
     RunRecord,
     ScheduleEvent,
     ScheduleRecord,
@@ -32,13 +31,18 @@ from .events import (
     decode_schedule_event,
     encode,
 )
-from .follower import Follower
-from .leases import Leases
-from .ledger import Ledger
+from .core.runcore import RetryPolicy
+from .jetstream.connection import connect
+from .jetstream.errors import Conflict
+from .jetstream.follower import Follower
+from .jetstream.leases import Leases
+from .jetstream.runlog import RunLog
+from .jetstream.store import Store
 from .names import random_run_id, requested_run_id, scheduled_run_id, token
-from .runcore import RetryPolicy
-from .runlog import RunLog
-from .schedule_table import ScheduleTable
+from .projections.ledger import Ledger
+from .projections.schedule_table import ScheduleTable
+from .runtime.dispatcher import Dispatcher
+from .runtime.ticker import Ticker
 from .seam import (
     SEAMS_API_VERSION,
     EnqueueRequest,
@@ -56,8 +60,6 @@ from .seam import (
     Trigger,
 )
 from .settings import NatsSettings
-from .store import Store, connect
-from .ticker import Ticker
 
 log = logging.getLogger(__name__)
 
@@ -264,7 +266,7 @@ class NatsSchedulerProvider:
         log.info("%s (identity %s)", self.describe(), self._identity)
 
     def _start_embedded(self) -> NatsSettings:
-        from .natsserver import NatsServer
+        from .natsserver.process import NatsServer
 
         server = NatsServer(store_dir=self.settings.store_dir)
         server.start()

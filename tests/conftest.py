@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nats_scheduler.natsserver import NatsCluster, NatsServer
+from nats_scheduler.natsserver.process import NatsCluster, NatsServer
 from nats_scheduler.testing.servers import (
     DockerUnavailable,
     testcontainers_nats,

@@ -8,7 +8,7 @@ one engine's behaviour. Everything lives in dicts of one process, on one asyncio
 * dispatch: one task per Run, bounded exponential backoff with jitter, per-call timeout;
 * firing: a ticker on the real clock, plus :meth:`fire_window` for the suite, both going
   through :meth:`_fire_due`;
-* due times and validation: :mod:`nats_scheduler.calendar`.
+* due times and validation: :mod:`nats_scheduler.core.calendar`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import ClassVar
 
 import msgspec
 
-from nats_scheduler import calendar
+from nats_scheduler.core import calendar
 from nats_scheduler.seam import (
     SEAMS_API_VERSION,
     EnqueueRequest,

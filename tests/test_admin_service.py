@@ -17,9 +17,9 @@ from nats.aio.client import Client
 from nats_scheduler.admin.api import AdminError, ErrorCode, RunView
 from nats_scheduler.admin.client import AdminClient, event_type
 from nats_scheduler.admin.service import AdminService, start_admin_service
-from nats_scheduler.events import RunCreated, ScheduleHeld
+from nats_scheduler.core.events import RunCreated, ScheduleHeld
 from nats_scheduler.names import SERVICE_NAME
-from nats_scheduler.natsserver import NatsServer
+from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.provider import NatsSchedulerProvider
 from nats_scheduler.seam import RunPayload, RunState, Schedule, Trigger
 from nats_scheduler.testing.handler import RecordingRunHandler

@@ -34,9 +34,9 @@ from nats.js.api import DeliverPolicy
 
 from nats_scheduler.admin.reader import last_per_subject
 from nats_scheduler.cli.main import main as cli_main
-from nats_scheduler.events import RunEventType, ScheduleEventType
+from nats_scheduler.core.events import RunEventType, ScheduleEventType
 from nats_scheduler.names import Names, token
-from nats_scheduler.natsserver import NatsServer
+from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.seam import EnqueueRequest, RunPayload, RunState, Schedule, Trigger
 from nats_scheduler.testing.handler import RecordingRunHandler
 from tests.providers import eventually

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from nats_scheduler.calendar import (
+from nats_scheduler.core.calendar import (
     dst_transition_near,
     due_times,
     is_due_time,
@@ -573,7 +573,7 @@ def test_zones_come_from_the_tzdata_package() -> None:
         import zoneinfo
         zoneinfo.reset_tzpath(to=[])
         from datetime import UTC, datetime
-        from nats_scheduler.calendar import load_zone, next_due
+        from nats_scheduler.core.calendar import load_zone, next_due
         assert zoneinfo.ZoneInfo("Australia/Lord_Howe").key == "Australia/Lord_Howe"
         assert load_zone("Australia/Lord_Howe").key == "Australia/Lord_Howe"
         due = next_due("15 2 * * *", "Australia/Lord_Howe", datetime(2024, 10, 5, tzinfo=UTC))

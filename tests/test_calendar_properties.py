@@ -1,7 +1,7 @@
 """Property tests: the calendar against a brute-force oracle written from the rules alone.
 
 The oracle walks every UTC minute of a short window, converts it to wall time with zoneinfo
-and applies the rules of ``nats_scheduler.calendar`` literally, with its own tiny field
+and applies the rules of ``nats_scheduler.core.calendar`` literally, with its own tiny field
 matcher (it does not import the implementation's parser). Hypothesis generates random valid
 five-field expressions and windows of up to three days, most of them centred on a DST
 transition of one of the zones below, so gaps and folds are exercised on every run.
@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nats_scheduler.calendar import due_times, is_due_time, next_due, upcoming, validate
+from nats_scheduler.core.calendar import due_times, is_due_time, next_due, upcoming, validate
 from nats_scheduler.seam import InvalidSchedule
 
 ZONES = (

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from nats_scheduler.cli.main import main
-from nats_scheduler.natsserver import free_ports
+from nats_scheduler.natsserver.process import free_ports
 
 
 def _pid_gone(pid: int) -> bool:

@@ -19,8 +19,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from nats_scheduler import calendar
-from nats_scheduler.natsserver import NatsCluster
+from nats_scheduler.core import calendar
+from nats_scheduler.natsserver.process import NatsCluster
 from nats_scheduler.provider import NatsSchedulerProvider
 from nats_scheduler.seam import (
     EnqueueRequest,

@@ -16,7 +16,7 @@ from pathlib import Path
 from nats_scheduler.admin.reader import REPLICA_STATUS_ENDPOINT
 from nats_scheduler.admin.service import AdminService
 from nats_scheduler.cli.common import _FLAGS
-from nats_scheduler.security import REPO_CONFIG
+from nats_scheduler.natsserver.config import REPO_CONFIG
 from nats_scheduler.settings import NatsSettings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,8 +11,9 @@ from datetime import datetime
 
 import pytest
 
-from nats_scheduler import NatsSchedulerProvider, calendar
-from nats_scheduler.natsserver import NatsServer
+from nats_scheduler import NatsSchedulerProvider
+from nats_scheduler.core import calendar
+from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.testing.conformance import SchedulerProviderContractSuite
 from nats_scheduler.testing.servers import unique_prefix
 from tests.providers import ENGINE_WORDS, SqliteBackend, settings

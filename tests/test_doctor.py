@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 from nats.js.api import StreamConfig
 
-from nats_scheduler.admin.service import start_admin_service
-from nats_scheduler.doctor import (
+from nats_scheduler.admin.doctor import (
     Check,
     DoctorReport,
     Status,
@@ -28,12 +27,14 @@ from nats_scheduler.doctor import (
     run_doctor,
     version_check,
 )
+from nats_scheduler.admin.permissions import probes
+from nats_scheduler.admin.service import start_admin_service
+from nats_scheduler.jetstream.connection import MIN_SERVER_VERSION, parse_version
+from nats_scheduler.jetstream.store import Store
 from nats_scheduler.names import Names
-from nats_scheduler.natsserver import NatsCluster, NatsServer, free_port
-from nats_scheduler.permissions import probes
+from nats_scheduler.natsserver.process import NatsCluster, NatsServer, free_port
 from nats_scheduler.seam import RunPayload, Schedule, SchedulerConfigurationError
 from nats_scheduler.settings import NatsSettings
-from nats_scheduler.store import MIN_SERVER_VERSION, Store, parse_version
 from nats_scheduler.testing.servers import connect_fast, unique_prefix
 from tests.providers import running
 from tests.security_support import PASSWORDS, prod_server, store_state

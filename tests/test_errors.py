@@ -6,7 +6,7 @@ import nats.errors
 import nats.js.errors
 import pytest
 
-from nats_scheduler import errors
+from nats_scheduler.jetstream import errors
 from nats_scheduler.seam import SchedulerConfigurationError, SchedulerUnavailable
 from tests.providers import assert_clean
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nats_scheduler import events
+from nats_scheduler.core import events
 from nats_scheduler.seam import EnqueueRequest, RunPayload, RunState, Schedule, Trigger
 from nats_scheduler.testing.servers import connect_fast, unique_prefix
 from tests.providers import eventually, running

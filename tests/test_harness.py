@@ -17,7 +17,7 @@ import pytest
 from nats.js.api import StorageType
 from nats.js.client import JetStreamContext
 
-from nats_scheduler.natsserver import NatsCluster, NatsServer, find_nats_server
+from nats_scheduler.natsserver.process import NatsCluster, NatsServer, find_nats_server
 from nats_scheduler.testing.servers import (
     DockerUnavailable,
     connect_fast,
@@ -67,7 +67,7 @@ async def test_single_server_stream_and_pull_consumer(nats_server: NatsServer) -
 
 @pytest.mark.anyio
 async def test_connect_fast_fails_fast_on_dead_port() -> None:
-    from nats_scheduler.natsserver import free_port
+    from nats_scheduler.natsserver.process import free_port
 
     start = time.monotonic()
     with pytest.raises((nats.errors.NoServersError, OSError, TimeoutError)):

@@ -17,9 +17,9 @@ from nats_scheduler.admin.health import (
     silent_stops,
 )
 from nats_scheduler.admin.views import run_page, schedule_state, schedule_view, schedule_views
-from nats_scheduler.events import Hold, RunRecord, ScheduleRecord
-from nats_scheduler.ledger import Ledger
+from nats_scheduler.core.events import Hold, RunRecord, ScheduleRecord
 from nats_scheduler.names import scheduled_run_id
+from nats_scheduler.projections.ledger import Ledger
 from nats_scheduler.seam import RunPayload, RunState, Trigger
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
@@ -204,7 +204,7 @@ def test_due_times_before_the_replica_started_are_not_silent_stops() -> None:
     from datetime import UTC, datetime, timedelta
 
     from nats_scheduler.admin.health import silent_stops
-    from nats_scheduler.events import ScheduleRecord
+    from nats_scheduler.core.events import ScheduleRecord
     from nats_scheduler.seam import RunPayload
 
     applied = datetime(2030, 1, 1, 0, 0, tzinfo=UTC)

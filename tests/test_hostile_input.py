@@ -33,8 +33,8 @@ from hypothesis import strategies as st
 
 from nats_scheduler import NatsSchedulerProvider
 from nats_scheduler.admin.reader import last_per_subject
-from nats_scheduler.events import decode_run_event, decode_schedule_event
-from nats_scheduler.natsserver import NatsServer
+from nats_scheduler.core.events import decode_run_event, decode_schedule_event
+from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.seam import (
     EnqueueRequest,
     InvalidSchedule,

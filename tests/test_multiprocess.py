@@ -24,9 +24,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from nats_scheduler import ManualClock, calendar
-from nats_scheduler.events import RunClaimed
-from nats_scheduler.leases import LeaseValue
+from nats_scheduler import ManualClock
+from nats_scheduler.core import calendar
+from nats_scheduler.core.events import RunClaimed
+from nats_scheduler.jetstream.leases import LeaseValue
 from nats_scheduler.names import token
 from nats_scheduler.seam import RunPayload, Schedule
 from nats_scheduler.testing.handler import RecordingRunHandler

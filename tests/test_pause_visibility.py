@@ -24,11 +24,12 @@ from pathlib import Path
 
 import pytest
 
-from nats_scheduler import ManualClock, runcore
-from nats_scheduler.dispatcher import NOT_STARTED_AFTER_PAUSE
-from nats_scheduler.events import RunClaimed, RunCreated, RunFailed, RunRecord, encode
+from nats_scheduler import ManualClock
+from nats_scheduler.core import runcore
+from nats_scheduler.core.events import RunClaimed, RunCreated, RunFailed, RunRecord, encode
 from nats_scheduler.names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, Names, scheduled_run_id
 from nats_scheduler.provider import FIRE_READ_MAX_AGE, NatsSchedulerProvider
+from nats_scheduler.runtime.dispatcher import NOT_STARTED_AFTER_PAUSE
 from nats_scheduler.seam import Run, RunNotFound, RunPayload, RunState, Schedule, Trigger
 from nats_scheduler.testing.handler import RecordingRunHandler
 from nats_scheduler.testing.history import deployment_run_history

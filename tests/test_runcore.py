@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 import pytest
 
-from nats_scheduler import runcore
-from nats_scheduler.events import RunRecord
-from nats_scheduler.runcore import RetryPolicy, TransitionError
+from nats_scheduler.core import runcore
+from nats_scheduler.core.events import RunRecord
+from nats_scheduler.core.runcore import RetryPolicy, TransitionError
 from nats_scheduler.seam import RunPayload, RunState, Trigger
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)

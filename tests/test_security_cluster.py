@@ -14,10 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from nats_scheduler.doctor import Status, run_doctor
-from nats_scheduler.natsserver import free_ports
-from nats_scheduler.seam import RunPayload, RunState, Schedule
-from nats_scheduler.security import (
+from nats_scheduler.admin.doctor import Status, run_doctor
+from nats_scheduler.natsserver.config import (
     CLUSTER_DIR,
     REPO_CONFIG,
     ConfiguredNatsServer,
@@ -26,6 +24,8 @@ from nats_scheduler.security import (
     start_nodes,
     stop_nodes,
 )
+from nats_scheduler.natsserver.process import free_ports
+from nats_scheduler.seam import RunPayload, RunState, Schedule
 from nats_scheduler.settings import NatsSettings
 from tests.providers import eventually, running
 from tests.security_support import PASSWORDS

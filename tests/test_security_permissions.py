@@ -22,10 +22,11 @@ import pytest
 from nats_scheduler import NatsSchedulerProvider
 from nats_scheduler.admin.api import AdminError, ErrorCode
 from nats_scheduler.admin.client import AdminClient
-from nats_scheduler.doctor import Status, run_doctor
+from nats_scheduler.admin.doctor import Status, run_doctor
+from nats_scheduler.admin.permissions import Probe, ViolationLog, probes
 from nats_scheduler.names import Names
-from nats_scheduler.natsserver import find_nats_server
-from nats_scheduler.permissions import Probe, ViolationLog, probes
+from nats_scheduler.natsserver.config import CLUSTER_DIR, PASSWORD_ENV, REPO_CONFIG
+from nats_scheduler.natsserver.process import find_nats_server
 from nats_scheduler.seam import (
     EnqueueRequest,
     RunPayload,
@@ -34,7 +35,6 @@ from nats_scheduler.seam import (
     SchedulerConfigurationError,
     Trigger,
 )
-from nats_scheduler.security import CLUSTER_DIR, PASSWORD_ENV, REPO_CONFIG
 from nats_scheduler.settings import NatsSettings
 from nats_scheduler.testing.handler import RecordingRunHandler
 from tests.providers import MongoBackend, assert_clean, eventually, settings

@@ -15,8 +15,9 @@ import trustme
 
 from nats_scheduler import NatsSchedulerProvider
 from nats_scheduler.admin.client import AdminClient
-from nats_scheduler.doctor import Status, run_doctor
-from nats_scheduler.natsserver import NatsServer
+from nats_scheduler.admin.doctor import Status, run_doctor
+from nats_scheduler.jetstream.connection import connect
+from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.seam import (
     EnqueueRequest,
     RunPayload,
@@ -26,7 +27,6 @@ from nats_scheduler.seam import (
     Trigger,
 )
 from nats_scheduler.settings import NatsSettings
-from nats_scheduler.store import connect
 from nats_scheduler.testing.handler import RecordingRunHandler
 from tests.providers import FAST, MongoBackend, assert_clean, eventually
 from tests.security_support import PASSWORDS, prod_server

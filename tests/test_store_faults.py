@@ -10,7 +10,7 @@ import pytest
 from nats.js.api import StreamConfig
 
 from nats_scheduler import NatsSchedulerProvider, NatsSettings
-from nats_scheduler.natsserver import NatsServer, free_port
+from nats_scheduler.natsserver.process import NatsServer, free_port
 from nats_scheduler.seam import (
     RunPayload,
     Schedule,

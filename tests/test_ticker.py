@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from nats_scheduler import calendar
 from nats_scheduler.clock import ManualClock
-from nats_scheduler.events import ScheduleRecord
+from nats_scheduler.core import calendar
+from nats_scheduler.core.events import ScheduleRecord
+from nats_scheduler.runtime.ticker import Ticker
 from nats_scheduler.seam import RunPayload
-from nats_scheduler.ticker import Ticker
 
 pytestmark = pytest.mark.anyio
 T0 = datetime(2030, 3, 30, 22, 0, 30, tzinfo=UTC)

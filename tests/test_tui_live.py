@@ -32,7 +32,7 @@ from admin_tui.widgets.replica_table import ReplicaTable
 from admin_tui.widgets.run_table import RunTable
 from admin_tui.widgets.schedule_table import ScheduleTable
 from nats_scheduler.admin.service import start_admin_service
-from nats_scheduler.natsserver import NatsServer
+from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.provider import NatsSchedulerProvider
 from nats_scheduler.seam import EnqueueRequest, RunPayload, RunState, Schedule, Trigger
 from nats_scheduler.testing.handler import RecordingRunHandler

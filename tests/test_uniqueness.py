@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from nats_scheduler import calendar
+from nats_scheduler.core import calendar
 from nats_scheduler.seam import RunPayload, RunState, Schedule
 from nats_scheduler.testing.handler import RecordingRunHandler
 from nats_scheduler.testing.servers import unique_prefix

@@ -17,8 +17,6 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 
-from nats_scheduler import calendar
-from nats_scheduler import events as ev
 from nats_scheduler.admin.api import (
     AdminError,
     BulkResult,
@@ -34,7 +32,9 @@ from nats_scheduler.admin.api import (
     StoreHealth,
 )
 from nats_scheduler.clock import ManualClock
-from nats_scheduler.events import Hold, RunRecord, ScheduleRecord
+from nats_scheduler.core import calendar
+from nats_scheduler.core import events as ev
+from nats_scheduler.core.events import Hold, RunRecord, ScheduleRecord
 from nats_scheduler.seam import RunPayload, RunState, Trigger
 
 NOW = datetime(2026, 3, 28, 12, 0, tzinfo=UTC)

@@ -12,7 +12,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
-from nats_scheduler.events import to_builtins
+from nats_scheduler.core.events import to_builtins
 
 from ..formatting import event_tag
 

@@ -11,8 +11,8 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Label
 
-from nats_scheduler import events as ev
 from nats_scheduler.admin.api import ClusterStatus
+from nats_scheduler.core import events as ev
 
 from ..messages import ClusterLoaded
 from ..widgets.lease_table import LeaseTable

@@ -10,8 +10,8 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Footer, Label
 
-from nats_scheduler import events as ev
 from nats_scheduler.admin.api import RunList, RunView, ScheduleDetail, ScheduleView
+from nats_scheduler.core import events as ev
 
 from ..actions import OperatorActions
 from ..live import merge_schedule, newest_run, run_view

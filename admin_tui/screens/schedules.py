@@ -11,9 +11,9 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Footer, Input, Label
 
-from nats_scheduler import events as ev
 from nats_scheduler.admin.api import ScheduleView
-from nats_scheduler.events import ScheduleRecord
+from nats_scheduler.core import events as ev
+from nats_scheduler.core.events import ScheduleRecord
 
 from ..actions import OperatorActions
 from ..live import merge_schedule

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from nats_scheduler import events as ev
+from nats_scheduler.core import events as ev
 
 from ..formatting import (
     DASH,

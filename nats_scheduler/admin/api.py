@@ -30,7 +30,7 @@ from typing import Protocol
 
 import msgspec
 
-from ..events import Hold
+from ..core.events import Hold
 from ..seam import RunPayload, RunState, Trigger
 
 
@@ -217,7 +217,7 @@ class AdminBackend(Protocol):
     """What the console and the CLI need; implemented by ``client.AdminClient``.
 
     Every method raises :class:`AdminError` on failure. ``events`` yields decoded events
-    (``nats_scheduler.events``) as they are appended, newest last, optionally filtered.
+    (``nats_scheduler.core.events``) as they are appended, newest last, optionally filtered.
     ``can_act`` says whether the connected user may request actions (the auditor may not),
     with a reason when not.
     """

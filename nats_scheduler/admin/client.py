@@ -27,9 +27,8 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from ..clock import Clock
-from ..events import AnyEvent, decode_event
+from ..core.events import AnyEvent, decode_event
 from ..names import Names
-from ..permissions import Probe, ViolationLog
 from .api import (
     AdminError,
     BulkAction,
@@ -52,6 +51,7 @@ from .api import (
     ScheduleView,
 )
 from .health import HealthPolicy
+from .permissions import Probe, ViolationLog
 from .reader import StoreReader, guarded
 
 log = logging.getLogger(__name__)

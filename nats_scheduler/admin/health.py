@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from .. import calendar
-from ..events import RunRecord, ScheduleRecord
-from ..ledger import Ledger
+from ..core import calendar
+from ..core.events import RunRecord, ScheduleRecord
 from ..names import scheduled_run_id
+from ..projections.ledger import Ledger
 from ..seam import RunState
 from .api import Health
 from .views import recent_runs, run_view

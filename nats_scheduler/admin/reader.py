@@ -31,11 +31,11 @@ from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 
 from ..clock import Clock, SystemClock
-from ..events import RunRecord, ScheduleRecord, decode_run_event, decode_schedule_event
-from ..leases import LeaseValue
-from ..ledger import Ledger
+from ..core.events import RunRecord, ScheduleRecord, decode_run_event, decode_schedule_event
+from ..jetstream.leases import LeaseValue
 from ..names import Names, token
-from ..schedule_table import ScheduleTable
+from ..projections.ledger import Ledger
+from ..projections.schedule_table import ScheduleTable
 from .api import (
     AdminError,
     ClusterStatus,

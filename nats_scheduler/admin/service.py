@@ -30,7 +30,7 @@ from nats.micro.request import Request
 from nats.micro.service import Service
 
 from ..clock import Clock, SystemClock
-from ..events import ScheduleRecord
+from ..core.events import ScheduleRecord
 from ..names import SERVICE_NAME
 from ..seam import (
     EnqueueRequest,

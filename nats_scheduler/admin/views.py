@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 
-from .. import calendar
-from ..events import RunRecord, ScheduleRecord
-from ..ledger import Ledger
+from ..core import calendar
+from ..core.events import RunRecord, ScheduleRecord
+from ..projections.ledger import Ledger
 from ..seam import RunState
 from .api import (
     AdminError,

@@ -30,9 +30,9 @@ import msgspec
 
 from ..admin.api import AdminError, ErrorCode
 from ..admin.client import AdminClient
+from ..jetstream.connection import connect
 from ..seam import SchedulerConfigurationError, SchedulerError
 from ..settings import NatsSettings, connection_flags_env
-from ..store import connect
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1

@@ -1,6 +1,6 @@
 """``nats-scheduler demo``: server, two scheduler replicas, sample Schedules, console.
 
-See :mod:`nats_scheduler.demo`. Without a terminal (or with ``--headless``) it prints one
+See :mod:`nats_scheduler.devhost.demo`. Without a terminal (or with ``--headless``) it prints one
 line per Run state change instead of opening the console.
 """
 
@@ -11,7 +11,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from ..demo import DemoOptions, interactive, run_demo
+from ..devhost.demo import DemoOptions, interactive, run_demo
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

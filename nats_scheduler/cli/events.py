@@ -12,7 +12,7 @@ import argparse
 import msgspec
 
 from ..admin.client import event_type
-from ..events import AnyEvent, RunEvent, ScheduleEvent, to_builtins
+from ..core.events import AnyEvent, RunEvent, ScheduleEvent, to_builtins
 from .common import (
     EXIT_OK,
     admin_client,

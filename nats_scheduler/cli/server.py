@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from types import FrameType
 
-from ..natsserver import NatsServer, NatsServerError
+from ..natsserver.process import NatsServer, NatsServerError
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ import argparse
 import msgspec
 
 from ..admin.api import ClusterStatus, Health, ReplicaView, RunView
-from ..doctor import run_doctor
+from ..admin.doctor import run_doctor
 from .common import (
     EXIT_OK,
     EXIT_UNHEALTHY,

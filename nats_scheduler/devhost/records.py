@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import calendar
+from ..core import calendar
 from ..seam import RunPayload, Schedule
 
 _SCHEMA = """

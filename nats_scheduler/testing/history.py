@@ -14,7 +14,7 @@ from datetime import datetime
 import nats.js.errors
 from nats.js import JetStreamContext
 
-from ..events import AnyEvent, decode_event
+from ..core.events import AnyEvent, decode_event
 from ..names import Names
 
 __all__ = ["StoredEvent", "deployment_run_history", "run_history", "subject_history"]

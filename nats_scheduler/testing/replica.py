@@ -49,7 +49,7 @@ from typing import Any
 
 import msgspec
 
-from .. import calendar, runcore
+from ..core import calendar, runcore
 from ..names import requested_run_id
 from ..provider import NatsSchedulerProvider
 from ..seam import EnqueueRequest, Run, RunPayload, Schedule, Trigger

@@ -1,4 +1,4 @@
-"""Test helpers on top of :mod:`nats_scheduler.natsserver`.
+"""Test helpers on top of :mod:`nats_scheduler.natsserver.process`.
 
 * :func:`connect_fast` connects without nats-py's default first-connect retries (about two
   minutes), so a test against a dead server fails in well under a second.
@@ -19,7 +19,7 @@ from typing import Any
 import nats
 from nats.aio.client import Client
 
-from ..natsserver import NatsCluster, NatsServer, find_nats_server, free_port
+from ..natsserver.process import NatsCluster, NatsServer, find_nats_server, free_port
 
 __all__ = [
     "DockerUnavailable",

@@ -18,15 +18,15 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
-from . import runcore
-from .clock import Clock
-from .errors import Conflict
-from .events import RunEventType, RunRecord
-from .leases import Lease, Leases
-from .ledger import Ledger
-from .runcore import RetryPolicy
-from .runlog import RunLog
-from .seam import (
+from ..clock import Clock
+from ..core import runcore
+from ..core.events import RunEventType, RunRecord
+from ..core.runcore import RetryPolicy
+from ..jetstream.errors import Conflict
+from ..jetstream.leases import Lease, Leases
+from ..jetstream.runlog import RunLog
+from ..projections.ledger import Ledger
+from ..seam import (
     RunHandler,
     RunInvocation,
     RunPermanentError,

@@ -11,7 +11,7 @@ Each event also carries the state of its aggregate *after* the event (``run`` or
 ``schedule``). Readers therefore need only the LAST event of a subject to know a Run or a
 Schedule (one direct get, or a consumer with ``DeliverPolicy.LAST_PER_SUBJECT``), while the
 full subject history stays the audit trail. Writers compute that state with the pure
-functions of :mod:`nats_scheduler.runcore` / :mod:`nats_scheduler.schedulecore`.
+functions of :mod:`nats_scheduler.core.runcore` / :mod:`nats_scheduler.core.schedulecore`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from datetime import datetime
 
 import msgspec
 
-from .seam import Run, RunPayload, RunState, Schedule, Trigger
+from ..seam import Run, RunPayload, RunState, Schedule, Trigger
 
 SCHEMA_VERSION = 1
 

@@ -21,9 +21,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
-from . import calendar
-from .clock import Clock
-from .events import ScheduleRecord
+from ..clock import Clock
+from ..core import calendar
+from ..core.events import ScheduleRecord
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .events import ScheduleRecord
+from ..core.events import ScheduleRecord
 
 Listener = Callable[[ScheduleRecord], None]
 

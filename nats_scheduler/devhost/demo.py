@@ -30,14 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .admin.api import AdminError
-from .admin.client import AdminClient
-from .devhost.records import DeploymentStore
-from .events import RunEvent
-from .natsserver import NatsServer
-from .seam import RunState, SchedulerError
-from .settings import NatsSettings
-from .store import connect
+from ..admin.api import AdminError
+from ..admin.client import AdminClient
+from ..core.events import RunEvent
+from ..jetstream.connection import connect
+from ..natsserver.process import NatsServer
+from ..seam import RunState, SchedulerError
+from ..settings import NatsSettings
+from .records import DeploymentStore
 
 if TYPE_CHECKING:
     from admin_tui.app import AstraboxConsole
@@ -216,7 +216,7 @@ def _console(client: AdminClient) -> AstraboxConsole:
     """The console app on ``client``, acting as the local user."""
     from admin_tui.app import AstraboxConsole
 
-    from .cli.common import default_actor
+    from ..cli.common import default_actor
 
     return AstraboxConsole(backend=client, user=default_actor())
 

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 
 import msgspec
 
+from ..seam import RunInvocation, RunPayload, RunState, Trigger
 from .events import (
     RunAttemptFailed,
     RunClaimed,
@@ -31,7 +32,6 @@ from .events import (
     RunReleased,
     RunSessionStarted,
 )
-from .seam import RunInvocation, RunPayload, RunState, Trigger
 
 
 class TransitionError(Exception):

@@ -26,7 +26,7 @@ from typing import Literal
 
 from nats.aio.client import Client
 
-from .names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, Names
+from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, Names
 
 Kind = Literal["publish", "subscription"]
 

@@ -12,6 +12,7 @@ from datetime import datetime
 
 import msgspec
 
+from ..seam import Schedule
 from .events import (
     Hold,
     ScheduleApplied,
@@ -20,7 +21,6 @@ from .events import (
     ScheduleRecord,
     ScheduleReleased,
 )
-from .seam import Schedule
 
 
 def _definition_equal(record: ScheduleRecord, schedule: Schedule) -> bool:

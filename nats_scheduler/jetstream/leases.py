@@ -25,9 +25,9 @@ import nats.errors
 import nats.js.errors
 from nats.js.kv import KeyValue
 
+from ..clock import Clock
+from ..names import token
 from . import errors
-from .clock import Clock
-from .names import token
 
 log = logging.getLogger(__name__)
 

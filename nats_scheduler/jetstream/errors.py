@@ -19,8 +19,8 @@ import asyncio
 import nats.errors
 import nats.js.errors
 
-from .names import ERR_NO_MESSAGE_FOUND, ERR_WRONG_LAST_SEQUENCE
-from .seam import SchedulerConfigurationError, SchedulerUnavailable
+from ..names import ERR_NO_MESSAGE_FOUND, ERR_WRONG_LAST_SEQUENCE
+from ..seam import SchedulerConfigurationError, SchedulerUnavailable
 
 
 class Conflict(Exception):

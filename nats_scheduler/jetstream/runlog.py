@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import uuid
 
+from ..core.events import RunCreated, RunEventType, RunRecord, decode_run_event, encode
+from ..projections.ledger import Ledger
 from .errors import Conflict
-from .events import RunCreated, RunEventType, RunRecord, decode_run_event, encode
-from .ledger import Ledger
 from .store import Store
 
 

@@ -11,11 +11,11 @@ exactly those:
   (``$NATS_SCHEDULER_PASSWORD`` ...); a test passes them in instead, so it never mutates
   ``os.environ``;
 * **ports and directories** - a single server is started through
-  :class:`~nats_scheduler.natsserver.NatsServer` with ``config_file=`` (which overrides
+  :class:`~nats_scheduler.natsserver.process.NatsServer` with ``config_file=`` (which overrides
   listen/http/jetstream); cluster nodes through :func:`render_node`, which rewrites the
   loopback ports and the store directory of a ``cluster/node-N.conf``.
 
-``python -m nats_scheduler.security cluster`` (``just cluster``) runs the 3-node cluster
+``python -m nats_scheduler.natsserver.config cluster`` (``just cluster``) runs the 3-node cluster
 of ``cluster/`` in the foreground.
 """
 
@@ -31,7 +31,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .natsserver import LOOPBACK, NatsServer, NatsServerError
+from .process import LOOPBACK, NatsServer, NatsServerError
 
 __all__ = [
     "CLUSTER_DIR",
@@ -47,7 +47,7 @@ __all__ = [
     "stop_nodes",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 REPO_CONFIG = REPO_ROOT / "nats-server.conf"
 """The committed server config (present in a source checkout, not in an installed wheel)."""
 CLUSTER_DIR = REPO_ROOT / "cluster"
@@ -287,7 +287,7 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nats_scheduler.security")
+    parser = argparse.ArgumentParser(prog="python -m nats_scheduler.natsserver.config")
     sub = parser.add_subparsers(dest="command", required=True)
     cluster = sub.add_parser("cluster", help="run the 3-node cluster of cluster/ in the foreground")
     cluster.add_argument("--data-dir", default=".cluster", help="node data (default ./.cluster)")

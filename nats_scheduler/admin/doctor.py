@@ -31,12 +31,13 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import StreamConfig
 
-from .admin.reader import REPLICA_STATUS_ENDPOINT
-from .names import Names
+from ..jetstream.connection import MIN_SERVER_VERSION, connect, parse_version
+from ..jetstream.store import Store, incompatibilities
+from ..names import Names
+from ..seam import SchedulerError
+from ..settings import NatsSettings
 from .permissions import ViolationLog, capabilities
-from .seam import SchedulerError
-from .settings import NatsSettings
-from .store import MIN_SERVER_VERSION, Store, connect, incompatibilities, parse_version
+from .reader import REPLICA_STATUS_ENDPOINT
 
 __all__ = [
     "Check",

@@ -3,7 +3,8 @@
 It holds the latest state of every Run and, per deployment, the Runs' keys sorted by
 ``(created_at, run_id)``, so ``list_runs(limit=50)`` is a bisect plus a slice whatever the
 length of the history, and it never rescans events. It also keeps the set of unfinished Runs
-for the recovery sweep. It is fed by a :class:`~nats_scheduler.follower.Follower` and by the
+for the recovery sweep. It is fed by a :class:`~nats_scheduler.jetstream.follower.Follower`
+and by the
 provider's own writes (read-your-writes); both apply by stream sequence, so order and
 repetition do not matter.
 """
@@ -14,7 +15,7 @@ import bisect
 from collections.abc import Callable
 from datetime import datetime
 
-from .events import RunRecord
+from ..core.events import RunRecord
 
 Key = tuple[datetime, str]
 Listener = Callable[[RunRecord], None]
