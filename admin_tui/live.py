@@ -11,10 +11,10 @@ from __future__ import annotations
 import msgspec
 
 from nats_scheduler.admin.api import RunView, ScheduleView
-from nats_scheduler.admin.views import run_view, schedule_state
+from nats_scheduler.admin.views import schedule_state
 from nats_scheduler.core.events import ScheduleRecord
 
-__all__ = ["merge_schedule", "newest_run", "run_view"]
+__all__ = ["merge_schedule", "newest_run"]
 
 
 def newest_run(loaded: RunView, pushed: RunView | None) -> RunView:

@@ -36,7 +36,7 @@ from pathlib import Path
 from nats_scheduler.core.events import RunClaimed, RunCreated, RunFailed
 from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.provider import NatsSchedulerProvider
-from nats_scheduler.runtime.dispatcher import NOT_STARTED_AFTER_PAUSE
+from nats_scheduler.runtime.firing import NOT_STARTED_AFTER_PAUSE
 from nats_scheduler.testing.history import deployment_run_history
 from nats_scheduler.testing.replicas import ReplicaProcess, ReplicaSet
 from nats_scheduler.testing.servers import connect_fast

@@ -18,24 +18,17 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import re
+import secrets
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 # Header names, grouped by the ADR that defines them (see nats.js.api.Header).
 # ADR-31/JetStream publish: de-duplication and optimistic concurrency.
 HDR_MSG_ID = "Nats-Msg-Id"
 HDR_EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
-HDR_EXPECTED_STREAM = "Nats-Expected-Stream"
-
-# JetStream API error code for a failed expected-last-(subject-)sequence check (10071).
-ERR_WRONG_LAST_SEQUENCE = 10071
-# JetStream API error code for "no message found" on a direct/stream get (10037).
-ERR_NO_MESSAGE_FOUND = 10037
 
 SERVICE_NAME = "astrabox-scheduler"
 
-_SAFE = re.compile(rb"[A-Za-z0-9_\-]")
 _SAFE_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 MAX_ID_LENGTH = 255
 
@@ -78,9 +71,14 @@ def _digest(*parts: str) -> str:
     return base64.b32encode(h).decode("ascii").lower()[:25]
 
 
+def due_token(due_at: datetime) -> str:
+    """A due time as it appears in Run IDs and Msg-Ids: whole UTC minutes, ``2030-01-01T02:00Z``."""
+    return due_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%MZ")
+
+
 def scheduled_run_id(deployment_id: str, due_at: datetime) -> str:
     """The Run ID of one due time of one deployment: the same on every replica."""
-    return "s" + _digest("schedule", deployment_id, due_at.strftime("%Y-%m-%dT%H:%MZ"))
+    return "s" + _digest("schedule", deployment_id, due_token(due_at))
 
 
 def requested_run_id(deployment_id: str, request_id: str) -> str:
@@ -91,6 +89,42 @@ def requested_run_id(deployment_id: str, request_id: str) -> str:
 def random_run_id() -> str:
     """A fresh Run ID for an enqueue without an idempotency key."""
     return "m" + base64.b32encode(os.urandom(16)).decode("ascii").lower()[:25]
+
+
+# ------------------------------------------------------------------------- Msg-Ids
+# Every append carries a Nats-Msg-Id. For a create it identifies the Run, so a resend after
+# a lost acknowledgement is recognised as the sender's own success (docs/design.md, "the
+# retry trap"); for later events it names the writer's decision (subject, expected sequence,
+# a nonce), so two decisions are never mistaken for one.
+
+
+def scheduled_create_msg_id(deployment_id: str, due_at: datetime) -> str:
+    """Msg-Id of a scheduled Run's ``run.created``: ``<deployment token>@<due time>``.
+
+    The same on every replica, so ``nats stream view`` shows which due time a Run is for
+    (docs/audit.md).
+    """
+    return f"{token(deployment_id)}@{due_token(due_at)}"
+
+
+def requested_create_msg_id(run_id: str) -> str:
+    """Msg-Id of the ``run.created`` of an enqueue with an idempotency key."""
+    return f"req:{run_id}"
+
+
+def enqueued_create_msg_id(run_id: str) -> str:
+    """Msg-Id of the ``run.created`` of an enqueue without an idempotency key."""
+    return f"{run_id}:0"
+
+
+def run_event_msg_id(run_id: str, expected_seq: int) -> str:
+    """Msg-Id of a later event of a Run, appended on ``expected_seq``."""
+    return f"{run_id}:{expected_seq}:{secrets.token_hex(6)}"
+
+
+def schedule_event_msg_id(deployment_id: str, expected_seq: int) -> str:
+    """Msg-Id of a Schedule event appended on ``expected_seq``."""
+    return f"{token(deployment_id)}:{expected_seq}:{secrets.token_hex(6)}"
 
 
 @dataclass(frozen=True)
@@ -137,6 +171,7 @@ class Names:
         return f"{self.prefix}.run.*.{token(run_id)}"
 
     def lease_key(self, run_id: str) -> str:
+        """The lease bucket's key of a Run."""
         return token(run_id)
 
     def run_ids_of_subject(self, subject: str) -> tuple[str, str]:

@@ -1,9 +1,10 @@
 """The scheduler seam, version 1: the contract between AstraBox and a scheduler provider.
 
 AstraBox's own ``astrabox/seams/scheduler.py`` is not published, so this module carries the
-contract exactly as ``SEAM.md`` spells it. Nothing here knows about NATS: the docstrings are
-the contract, and any provider (and the provider-neutral contract suite in
-:mod:`nats_scheduler.testing.conformance`) can be written against this module alone.
+contract with the names AstraBox uses (docs/contract.md explains it). Nothing here knows
+about NATS: the docstrings are the contract, and any provider (and the provider-neutral
+contract suite in :mod:`nats_scheduler.testing.conformance`) can be written against this
+module alone.
 
 Value types are frozen :mod:`msgspec` Structs: immutable, comparable by value, hashable, and
 encodable as JSON without a second set of "wire" classes.

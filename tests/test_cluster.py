@@ -94,7 +94,7 @@ async def explain(provider: NatsSchedulerProvider, expected: set[str]) -> str:
         mine = listed.get(run_id)
         if mine is not None and mine.state == RunState.DISPATCHED:
             continue
-        stored = await provider._runlog.fetch("burst", run_id)  # type: ignore[union-attr]
+        stored = await provider.runlog.fetch("burst", run_id)
         lines.append(f"  {run_id}: listed {mine.state.value if mine else None}, stored "
                      f"{stored[1].state.value if stored else None} holder "
                      f"{stored[1].holder if stored else None}")

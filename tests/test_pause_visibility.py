@@ -28,8 +28,8 @@ from nats_scheduler import ManualClock
 from nats_scheduler.core import runcore
 from nats_scheduler.core.events import RunClaimed, RunCreated, RunFailed, RunRecord, encode
 from nats_scheduler.names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, Names, scheduled_run_id
-from nats_scheduler.provider import FIRE_READ_MAX_AGE, NatsSchedulerProvider
-from nats_scheduler.runtime.dispatcher import NOT_STARTED_AFTER_PAUSE
+from nats_scheduler.provider import NatsSchedulerProvider
+from nats_scheduler.runtime.firing import FIRE_READ_MAX_AGE, NOT_STARTED_AFTER_PAUSE
 from nats_scheduler.seam import Run, RunNotFound, RunPayload, RunState, Schedule, Trigger
 from nats_scheduler.testing.handler import RecordingRunHandler
 from nats_scheduler.testing.history import deployment_run_history
@@ -145,8 +145,9 @@ async def test_replica_with_a_stalled_schedule_watch_does_not_fire_a_paused_sche
         await other.apply(schedule("watch"))
         await eventually(lambda: stale.schedules.get("watch") is not None)
         # Stall the stale replica's watch of Schedule changes (its projection stops moving;
-        # the follower list is private: a test may reach in to simulate the stall).
-        await stale._followers[0].stop()
+        # the Schedule follower is the runtime's first).
+        assert stale.runtime is not None
+        await stale.runtime.followers[0].stop()
         await other.apply(schedule("watch", enabled=False, version=2))
         view = stale.schedules.get("watch")
         assert view is not None and view.enabled, "the stale view still says enabled"
@@ -156,11 +157,18 @@ async def test_replica_with_a_stalled_schedule_watch_does_not_fire_a_paused_sche
             await other.get_run(scheduled_run_id("watch", FAR))
 
 
+async def may_start(provider: NatsSchedulerProvider, run: RunRecord) -> bool:
+    """The firing gate's verdict on a Run that has not been vetted."""
+    assert provider.firing is not None
+    return await provider.firing.may_start(run, vetted=False)
+
+
 class _ReadGate:
     """Holds ``fire_due`` between its Schedule read and its create (a stalled loop)."""
 
     def __init__(self, provider: NatsSchedulerProvider) -> None:
-        self._read = provider._read_schedule
+        assert provider.firing is not None
+        self._read = provider.firing._schedules.read
         self.reads = 0
         self.reached = asyncio.Event()
         self.release = asyncio.Event()
@@ -184,7 +192,8 @@ async def test_a_create_decided_on_an_aged_schedule_read_is_never_sent(
             running(nats_url, prefix) as pausing:
         await pausing.apply(schedule("aged"))
         gate = _ReadGate(firing)
-        monkeypatch.setattr(firing, "_read_schedule", gate)
+        assert firing.firing is not None
+        monkeypatch.setattr(firing.firing._schedules, "read", gate)
         fire = asyncio.create_task(firing.fire_due("aged", FAR))
         await asyncio.wait_for(gate.reached.wait(), 10)
         # The firing replica read "enabled"; now the Schedule is paused elsewhere ...
@@ -265,10 +274,10 @@ async def test_a_late_run_is_judged_by_the_schedule_as_it_stood_when_the_run_was
                                                FAR + timedelta(minutes=1), old)
         await provider.apply(schedule("walk", enabled=False, version=3))  # a later change
         # Stored before the pause: it may start (Runs already started continue) ...
-        assert not await provider._stored_after_pause(before_pause)
+        assert await may_start(provider, before_pause)
         # ... stored while the Schedule was paused: never, whatever changed since.
-        assert await provider._stored_after_pause(after_pause)
+        assert not await may_start(provider, after_pause)
         # A Run stored promptly after its decision needs no look at the Schedule at all.
         prompt = await _store_late_create(nats_url, prefix, "walk",
                                           FAR + timedelta(minutes=2), datetime.now(UTC))
-        assert not await provider._stored_after_pause(prompt)
+        assert await may_start(provider, prompt)

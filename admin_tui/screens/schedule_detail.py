@@ -14,7 +14,7 @@ from nats_scheduler.admin.api import RunList, RunView, ScheduleDetail, ScheduleV
 from nats_scheduler.core import events as ev
 
 from ..actions import OperatorActions
-from ..live import merge_schedule, newest_run, run_view
+from ..live import merge_schedule, newest_run
 from ..messages import ActionOutcome, DetailLoaded, RunsLoaded
 from ..widgets.definition import DefinitionPanel
 from ..widgets.run_summary import RunSummary
@@ -68,7 +68,7 @@ class ScheduleDetailScreen(OperatorActions):
             return {"detail"}
         if isinstance(event, ev.RunEvent) and event.run.deployment_id == self.deployment_id:
             # The event carries the Run's new state: show it now, reload the page after.
-            self._pushed_runs[event.run.run_id] = run_view(event.run)
+            self._pushed_runs[event.run.run_id] = event.run
             self.repaint()
             return {"detail", "runs"}
         return set()

@@ -30,8 +30,8 @@ from typing import Protocol
 
 import msgspec
 
-from ..core.events import Hold
-from ..seam import RunPayload, RunState, Trigger
+from ..core.events import RunRecord, ScheduleRecord
+from ..seam import RunState
 
 
 class ErrorCode(StrEnum):
@@ -66,45 +66,19 @@ class ErrorAnswer(msgspec.Struct, frozen=True):
 # ----------------------------------------------------------------------------- views
 
 
-class ScheduleView(msgspec.Struct, frozen=True, kw_only=True):
-    """One Schedule as operators see it."""
+class ScheduleView(ScheduleRecord, frozen=True, kw_only=True):
+    """One Schedule as operators see it: the stored record plus what is derived from it."""
 
-    deployment_id: str
-    name: str
-    cron: str
-    timezone: str
-    enabled: bool
-    deleted: bool
-    version: int
-    payload: RunPayload
-    hold: Hold | None = None
     state: str  # "enabled" | "disabled" | "held" | "deleted"
     next_due: list[datetime] = []
     last_run_state: RunState | None = None
     last_run_at: datetime | None = None
     failures_24h: int = 0
-    updated_at: datetime
 
 
-class RunView(msgspec.Struct, frozen=True, kw_only=True):
-    """One Run of the ledger (the seam's Run plus who and why)."""
-
-    run_id: str
-    deployment_id: str
-    trigger: Trigger
-    due_at: datetime | None
-    created_at: datetime
-    updated_at: datetime
-    state: RunState
-    payload: RunPayload
-    session_id: str | None
-    turn_id: str | None
-    attempts: int
-    error: str | None
-    replay_of: str | None
-    requested_by: str | None
-    reason: str | None = None
-    holder: str | None = None
+RunView = RunRecord
+"""One Run of the ledger as operators see it: the stored record (the seam's Run plus who
+asked, why, and the dispatch bookkeeping)."""
 
 
 class ScheduleDetail(msgspec.Struct, frozen=True, kw_only=True):

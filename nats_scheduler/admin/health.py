@@ -22,7 +22,7 @@ from ..names import scheduled_run_id
 from ..projections.ledger import Ledger
 from ..seam import RunState
 from .api import Health
-from .views import recent_runs, run_view
+from .views import recent_runs
 
 _LOOKBACKS = (
     timedelta(hours=1),
@@ -170,7 +170,6 @@ def build_health(
     candidates = recent_records(ledger, now - policy.failed_window - timedelta(days=1))
     return Health(
         silent_stops=silent_stops(schedules, has_run, now, policy.silent_grace, alive_since),
-        stuck_runs=[run_view(r) for r in stuck_runs(ledger.unfinished(), leases, now,
-                                                     policy.stuck_after)],
-        failed_runs=[run_view(r) for r in failed_runs(candidates, now, policy.failed_window)],
+        stuck_runs=stuck_runs(ledger.unfinished(), leases, now, policy.stuck_after),
+        failed_runs=failed_runs(candidates, now, policy.failed_window),
     )

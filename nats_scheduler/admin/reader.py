@@ -50,7 +50,7 @@ from .api import (
     StoreHealth,
 )
 from .health import HealthPolicy, build_health
-from .views import check_limit, run_page, run_view, schedule_detail, schedule_views
+from .views import check_limit, run_page, schedule_detail, schedule_views
 
 T = TypeVar("T")
 
@@ -273,7 +273,7 @@ class StoreReader:
         record = await self.run_record(run_id)
         if record is None:
             raise AdminError(ErrorCode.NOT_FOUND, f"run {run_id!r} does not exist")
-        return run_view(record)
+        return record
 
     async def lease_views(self) -> list[LeaseView]:
         now = self.clock.now()

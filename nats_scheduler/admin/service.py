@@ -35,7 +35,6 @@ from ..names import SERVICE_NAME
 from ..seam import (
     EnqueueRequest,
     InvalidSchedule,
-    Run,
     RunNotFound,
     ScheduleCapacityExceeded,
     ScheduleNotFound,
@@ -69,7 +68,7 @@ from .api import (
 )
 from .health import HealthPolicy, build_health
 from .reader import REPLICA_STATUS_ENDPOINT, StoreReader, lease_expiries
-from .views import run_page, run_view, schedule_detail, schedule_view, schedule_views
+from .views import run_page, schedule_detail, schedule_view, schedule_views
 
 if TYPE_CHECKING:
     from ..provider import NatsSchedulerProvider
@@ -293,14 +292,14 @@ class AdminService:
     async def get_run(self, req: RunRef) -> RunView:
         run = await self.provider.get_run(req.run_id)
         record = self.provider.ledger.get(run.run_id)
-        return run_view(record) if record is not None else _from_seam(run)
+        return record if record is not None else RunView.from_run(run)
 
     async def _enqueue(self, request: EnqueueRequest, reason: str | None) -> RunView:
         run = await self.provider.enqueue(request, reason=reason)
         log.info("%s asked for %s of %s (%s): run %s", request.requested_by,
                  request.trigger.value, request.deployment_id, reason or "no reason", run.run_id)
         record = self.provider.ledger.get(run.run_id)
-        return run_view(record) if record is not None else _from_seam(run)
+        return record if record is not None else RunView.from_run(run)
 
     async def run_now(self, req: RunNowRequest) -> RunView:
         by = _required(req.by, "by")
@@ -340,10 +339,6 @@ class AdminService:
 def _reason(value: str | None) -> str | None:
     return value.strip() if value and value.strip() else None
 
-
-def _from_seam(run: Run) -> RunView:
-    """A RunView from the seam's Run (when the ledger has not seen it yet)."""
-    return msgspec.convert(msgspec.to_builtins(run), RunView)
 
 
 async def start_admin_service(provider: NatsSchedulerProvider, *,

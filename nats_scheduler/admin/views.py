@@ -18,7 +18,6 @@ from .api import (
     AdminError,
     ErrorCode,
     RunList,
-    RunView,
     ScheduleDetail,
     ScheduleView,
 )
@@ -46,28 +45,6 @@ def matches(record: ScheduleRecord, text: str | None) -> bool:
         return True
     needle = text.casefold()
     return needle in record.deployment_id.casefold() or needle in record.name.casefold()
-
-
-def run_view(record: RunRecord) -> RunView:
-    """The ledger row of a Run, with who asked and why."""
-    return RunView(
-        run_id=record.run_id,
-        deployment_id=record.deployment_id,
-        trigger=record.trigger,
-        due_at=record.due_at,
-        created_at=record.created_at,
-        updated_at=record.updated_at,
-        state=record.state,
-        payload=record.payload,
-        session_id=record.session_id,
-        turn_id=record.turn_id,
-        attempts=record.attempts,
-        error=record.error,
-        replay_of=record.replay_of,
-        requested_by=record.requested_by,
-        reason=record.reason,
-        holder=record.holder,
-    )
 
 
 def recent_runs(ledger: Ledger, deployment_id: str, since: datetime) -> Iterator[RunRecord]:
@@ -100,22 +77,14 @@ def schedule_view(record: ScheduleRecord, ledger: Ledger, now: datetime) -> Sche
         1 for r in recent_runs(ledger, record.deployment_id, now - FAILURE_WINDOW)
         if r.state == RunState.FAILED
     )
+    derived = {name: getattr(record, name) for name in ScheduleRecord.__struct_fields__}
     return ScheduleView(
-        deployment_id=record.deployment_id,
-        name=record.name,
-        cron=record.cron,
-        timezone=record.timezone,
-        enabled=record.enabled,
-        deleted=record.deleted,
-        version=record.version,
-        payload=record.payload,
-        hold=record.hold,
+        **derived,
         state=schedule_state(record),
         next_due=_upcoming(record, now, NEXT_DUE_COUNT),
         last_run_state=last[0].state if last else None,
         last_run_at=last[0].created_at if last else None,
         failures_24h=failures,
-        updated_at=record.updated_at,
     )
 
 
@@ -169,4 +138,4 @@ def run_page(ledger: Ledger, deployment_id: str, limit: int, before: str | None)
     next_before = page[-1].run_id if len(page) == limit else None
     if next_before is not None and not ledger.page(deployment_id, 1, next_before):
         next_before = None
-    return RunList(runs=[run_view(r) for r in page], next_before=next_before)
+    return RunList(runs=page, next_before=next_before)

@@ -20,22 +20,19 @@ from datetime import datetime
 
 import msgspec
 
-from ..seam import Run, RunPayload, RunState, Schedule, Trigger
+from ..seam import Run, RunState, Schedule
 
 SCHEMA_VERSION = 1
 
 
-class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """The stored state of one Run: the seam's ``Run`` plus dispatch bookkeeping."""
+class RunRecord(Run, frozen=True, kw_only=True):
+    """The stored state of one Run: the seam's ``Run`` plus dispatch bookkeeping.
 
-    run_id: str
-    deployment_id: str
-    trigger: Trigger
-    due_at: datetime | None
-    created_at: datetime
-    updated_at: datetime
-    state: RunState
-    payload: RunPayload
+    It extends :class:`~nats_scheduler.seam.Run`, so the Run's fields are declared once; the
+    admin API's ``RunView`` is this record. The fields below default so a record is built
+    from what a command knows; the seam's fields that may be empty default to None here.
+    """
+
     session_id: str | None = None
     turn_id: str | None = None
     attempts: int = 0
@@ -43,6 +40,7 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
     replay_of: str | None = None
     requested_by: str | None = None
     reason: str | None = None
+    """Why an operator asked for this Run (Run now / Replay from the console or CLI)."""
     holder: str | None = None
     """The process that claimed the current attempt (while DISPATCHING)."""
     retry_at: datetime | None = None
@@ -55,23 +53,13 @@ class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
         return self.state in (RunState.DISPATCHED, RunState.FAILED)
 
     def to_run(self) -> Run:
-        """The seam's view of this record."""
-        return Run(
-            run_id=self.run_id,
-            deployment_id=self.deployment_id,
-            trigger=self.trigger,
-            due_at=self.due_at,
-            created_at=self.created_at,
-            updated_at=self.updated_at,
-            state=self.state,
-            payload=self.payload,
-            session_id=self.session_id,
-            turn_id=self.turn_id,
-            attempts=self.attempts,
-            error=self.error,
-            replay_of=self.replay_of,
-            requested_by=self.requested_by,
-        )
+        """The seam's view of this record (exactly the seam's fields)."""
+        return Run(**{name: getattr(self, name) for name in Run.__struct_fields__})
+
+    @classmethod
+    def from_run(cls, run: Run) -> RunRecord:
+        """A record of a seam ``Run`` (no bookkeeping known)."""
+        return cls(**{name: getattr(run, name) for name in Run.__struct_fields__})
 
 
 class Hold(msgspec.Struct, frozen=True, kw_only=True):
@@ -82,16 +70,13 @@ class Hold(msgspec.Struct, frozen=True, kw_only=True):
     at: datetime
 
 
-class ScheduleRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """The stored state of one Schedule: AstraBox's definition plus the operator hold."""
+class ScheduleRecord(Schedule, frozen=True, kw_only=True):
+    """The stored state of one Schedule: AstraBox's definition plus the operator hold.
 
-    deployment_id: str
-    name: str
-    cron: str
-    timezone: str
-    enabled: bool
-    payload: RunPayload
-    version: int = 0
+    It extends :class:`~nats_scheduler.seam.Schedule`, so the definition's fields are
+    declared once; the admin API's ``ScheduleView`` extends this record in turn.
+    """
+
     deleted: bool = False
     hold: Hold | None = None
     updated_at: datetime
@@ -103,15 +88,14 @@ class ScheduleRecord(msgspec.Struct, frozen=True, kw_only=True):
 
     def definition(self) -> Schedule:
         """AstraBox's Schedule as last applied."""
-        return Schedule(
-            deployment_id=self.deployment_id,
-            name=self.name,
-            cron=self.cron,
-            timezone=self.timezone,
-            enabled=self.enabled,
-            payload=self.payload,
-            version=self.version,
-        )
+        return Schedule(**{name: getattr(self, name) for name in Schedule.__struct_fields__})
+
+    @classmethod
+    def of(cls, schedule: Schedule, *, updated_at: datetime, hold: Hold | None = None,
+           deleted: bool = False) -> ScheduleRecord:
+        """A record of AstraBox's ``schedule`` as of ``updated_at``."""
+        definition = {name: getattr(schedule, name) for name in Schedule.__struct_fields__}
+        return cls(**definition, deleted=deleted, hold=hold, updated_at=updated_at)
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):

@@ -8,11 +8,12 @@ the append fail and the decision is taken again on fresh state.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
 import msgspec
 
-from ..seam import Schedule
+from ..seam import Schedule, ScheduleCapacityExceeded
 from .events import (
     Hold,
     ScheduleApplied,
@@ -41,18 +42,8 @@ def decide_apply(
             return None
         if schedule.version > 0 and current.version > 0 and schedule.version <= current.version:
             return None
-    record = ScheduleRecord(
-        deployment_id=schedule.deployment_id,
-        name=schedule.name,
-        cron=schedule.cron,
-        timezone=schedule.timezone,
-        enabled=schedule.enabled,
-        payload=schedule.payload,
-        version=schedule.version,
-        deleted=False,
-        hold=None if current is None or current.deleted else current.hold,
-        updated_at=now,
-    )
+    hold = None if current is None or current.deleted else current.hold
+    record = ScheduleRecord.of(schedule, updated_at=now, hold=hold)
     return ScheduleApplied(at=now, actor=actor, schedule=record)
 
 
@@ -85,3 +76,24 @@ def decide_release(
         return None
     record = msgspec.structs.replace(current, hold=None, updated_at=now)
     return ScheduleReleased(at=now, actor=actor, schedule=record, by=by, reason=reason)
+
+
+OperatorDecision = Callable[..., ScheduleHeld | ScheduleReleased | None]
+""":func:`decide_hold` or :func:`decide_release`."""
+
+
+def check_capacity(
+    deployment_id: str, current: ScheduleRecord | None, enabled_elsewhere: int, cap: int
+) -> None:
+    """ScheduleCapacityExceeded when enabling ``deployment_id`` would pass ``cap``.
+
+    A Schedule already enabled (and not deleted) never counts twice: re-applying it is
+    always allowed. ``enabled_elsewhere`` counts the other enabled Schedules.
+    """
+    if current is not None and current.enabled and not current.deleted:
+        return
+    if enabled_elsewhere + 1 > cap:
+        raise ScheduleCapacityExceeded(
+            f"cannot enable deployment {deployment_id!r}: the scheduler supports at most "
+            f"{cap} enabled schedules"
+        )

@@ -15,11 +15,11 @@ Rules (tests/test_errors.py pins the table):
 from __future__ import annotations
 
 import asyncio
+from enum import IntEnum
 
 import nats.errors
 import nats.js.errors
 
-from ..names import ERR_NO_MESSAGE_FOUND, ERR_WRONG_LAST_SEQUENCE
 from ..seam import SchedulerConfigurationError, SchedulerUnavailable
 
 
@@ -31,12 +31,26 @@ class Conflict(Exception):
         self.subject = subject
 
 
-class NotFound(Exception):
-    """The subject has no message (JetStream error 10037 / 404)."""
+class EngineError(IntEnum):
+    """Every JetStream API error code the provider acts on (nats-server's ``JS...Err``).
 
+    The one table of engine codes: nothing else in the package compares an ``err_code``.
+    """
 
-class PermissionDenied(Exception):
-    """The server refused the operation for the connected user."""
+    WRONG_LAST_SEQUENCE = 10071
+    """JSStreamWrongLastSequenceErr: an expected-last-(subject-)sequence check failed."""
+    NO_MESSAGE_FOUND = 10037
+    """JSNoMessageFoundErr: a stream get found no message for the subject."""
+    CLUSTER_NOT_AVAILABLE = 10008
+    """JSClusterNotAvailErr: no leader right now (an election is running)."""
+    STREAM_OFFLINE = 10118
+    """JSStreamOfflineErr: the stream's replicas are not reachable yet."""
+    CLUSTER_NO_PEERS = 10005
+    """JSClusterNoPeersErr: not enough peers for the placement right now."""
+    DUPLICATE_MESSAGE_IN_PROCESS = 10158
+    """JSStreamDuplicateMessageConflict: a message with the same Nats-Msg-Id is still
+    being proposed on a clustered stream (another replica firing the same due time, or our
+    own resend after a timeout); once it settles, the retry gets ``duplicate`` or 10071."""
 
 
 TRANSIENT_TYPES: tuple[type[BaseException], ...] = (
@@ -56,24 +70,25 @@ TRANSIENT_TYPES: tuple[type[BaseException], ...] = (
     OSError,
 )
 
-# JetStream API error codes that mean "try again soon": no leader / not enough peers /
-# cluster busy. (nats-server: JSClusterNotAvailErr 10008, JSStreamOfflineErr 10118,
-# JSClusterNoPeersErr 10005, JSInsufficientResourcesErr 10023 is NOT transient.)
-# JSStreamDuplicateMessageConflict 10158 "duplicate message id is in process": on a
-# clustered stream, a message with the same Nats-Msg-Id is still being proposed (another
-# replica firing the same due time, or our own resend after a timeout); once it settles,
-# the retry gets "duplicate" or 10071 and the store resolves it as usual.
-TRANSIENT_ERR_CODES = frozenset({10008, 10118, 10005, 10158})
+TRANSIENT_ERR_CODES = frozenset({
+    EngineError.CLUSTER_NOT_AVAILABLE,
+    EngineError.STREAM_OFFLINE,
+    EngineError.CLUSTER_NO_PEERS,
+    EngineError.DUPLICATE_MESSAGE_IN_PROCESS,
+})
+"""Codes that mean "try again soon". Running out of storage (JSInsufficientResourcesErr,
+10023) is NOT among them: it does not pass by itself within a retry budget."""
 
 
 def is_conflict(exc: BaseException) -> bool:
     """Whether ``exc`` is a failed expected-last-(subject-)sequence check."""
-    return isinstance(exc, nats.js.errors.APIError) and exc.err_code == ERR_WRONG_LAST_SEQUENCE
+    return (isinstance(exc, nats.js.errors.APIError)
+            and exc.err_code == EngineError.WRONG_LAST_SEQUENCE)
 
 
 def is_not_found(exc: BaseException) -> bool:
     return isinstance(exc, nats.js.errors.NotFoundError) or (
-        isinstance(exc, nats.js.errors.APIError) and exc.err_code == ERR_NO_MESSAGE_FOUND
+        isinstance(exc, nats.js.errors.APIError) and exc.err_code == EngineError.NO_MESSAGE_FOUND
     )
 
 

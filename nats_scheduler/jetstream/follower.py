@@ -18,8 +18,9 @@ from collections.abc import Callable
 
 import nats.js.errors
 from nats.aio.msg import Msg
-from nats.js import JetStreamContext
-from nats.js.api import DeliverPolicy
+from nats.aio.subscription import Subscription
+
+from .store import Store
 
 log = logging.getLogger(__name__)
 
@@ -31,37 +32,30 @@ class Follower:
 
     def __init__(
         self,
-        js: JetStreamContext,
+        store: Store,
         *,
         stream: str,
         filter_subject: str,
         on_message: OnMessage,
         heartbeat: float = 1.0,
     ) -> None:
-        self._js = js
+        self._store = store
         self._stream = stream
         self._filter = filter_subject
         self._on_message = on_message
         self._heartbeat = heartbeat
-        self._sub: object | None = None
+        self._sub: Subscription | None = None
         self._caught_up = asyncio.Event()
         self._target_seq = 0
         self.applied_seq = 0
 
     async def start(self, timeout: float = 30.0) -> None:
         """Subscribe and return once every event stored before the call has been applied."""
-        info = await self._js.stream_info(self._stream)
-        self._target_seq = info.state.last_seq if info.state.messages else 0
+        self._target_seq = await self._store.last_seq(self._stream)
         if self._target_seq == 0:
             self._caught_up.set()
-        self._sub = await self._js.subscribe(
-            self._filter,
-            stream=self._stream,
-            cb=self._deliver,
-            ordered_consumer=True,
-            idle_heartbeat=self._heartbeat,
-            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
-        )
+        self._sub = await self._store.follow(self._stream, self._filter, self._deliver,
+                                             heartbeat=self._heartbeat)
         await asyncio.wait_for(self._caught_up.wait(), timeout)
 
     async def _deliver(self, msg: Msg) -> None:
@@ -79,6 +73,6 @@ class Follower:
         sub, self._sub = self._sub, None
         if sub is not None:
             try:
-                await sub.unsubscribe()  # type: ignore[attr-defined]
+                await sub.unsubscribe()
             except (nats.errors.Error, nats.js.errors.Error):
                 log.debug("unsubscribe failed", exc_info=True)

@@ -8,7 +8,8 @@ same CAS, so exactly one of several sweepers wins.
 
 The lease only decides who *tries*; it is not what makes a lost holder harmless. That is the
 Run's own subject: a new holder appends ``run.claimed`` conditionally on the subject's last
-sequence, after which every append of the old holder fails (DESIGN.md point 3).
+sequence, after which every append of the old holder fails (docs/design.md, "single writer
+per Run").
 
 Expiry compares the holder's written ``expires_at`` with the reader's clock, so replicas'
 clocks must agree to well within the lease length (docs/architecture.md).
@@ -23,11 +24,10 @@ from datetime import datetime, timedelta
 import msgspec
 import nats.errors
 import nats.js.errors
-from nats.js.kv import KeyValue
 
 from ..clock import Clock
-from ..names import token
 from . import errors
+from .store import Store
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +58,9 @@ _decode = msgspec.json.Decoder(LeaseValue).decode
 class Leases:
     """Acquire, renew and release leases for one process (``identity``)."""
 
-    def __init__(self, kv: KeyValue, clock: Clock, identity: str, lease_seconds: float) -> None:
-        self._kv = kv
+    def __init__(self, store: Store, clock: Clock, identity: str, lease_seconds: float) -> None:
+        self._kv = store.leases
+        self._key = store.names.lease_key
         self._clock = clock
         self.identity = identity
         self.lease_seconds = lease_seconds
@@ -76,7 +77,7 @@ class Leases:
     async def current(self, run_id: str) -> tuple[int, LeaseValue] | None:
         """The lease on ``run_id`` as (revision, value), or None if nobody holds one."""
         try:
-            entry = await self._kv.get(token(run_id))
+            entry = await self._kv.get(self._key(run_id))
         except nats.js.errors.NotFoundError:  # KeyNotFoundError and KeyDeletedError
             return None
         if entry.value is None or entry.operation in ("DEL", "PURGE"):
@@ -99,7 +100,7 @@ class Leases:
         holds it or won the race. Transient store trouble also returns None: the sweep tries
         again later.
         """
-        key = token(run_id)
+        key = self._key(run_id)
         value = self._value(run_id)
         try:
             revision = await self._kv.create(key, _encode(value))

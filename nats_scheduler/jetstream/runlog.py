@@ -9,9 +9,8 @@ event is appended on the sequence the writer last saw: the single-writer rule.
 
 from __future__ import annotations
 
-import uuid
-
 from ..core.events import RunCreated, RunEventType, RunRecord, decode_run_event, encode
+from ..names import run_event_msg_id
 from ..projections.ledger import Ledger
 from .errors import Conflict
 from .store import Store
@@ -60,9 +59,9 @@ class RunLog:
         """
         run = event.run
         subject = self._names.run_subject(run.deployment_id, run.run_id)
-        msg_id = f"{run.run_id}:{expected_seq}:{uuid.uuid4().hex[:12]}"
         seq, _ = await self._store.append(
-            subject, encode(event), expected_seq=expected_seq, msg_id=msg_id
+            subject, encode(event), expected_seq=expected_seq,
+            msg_id=run_event_msg_id(run.run_id, expected_seq),
         )
         self._ledger.apply(seq, run)
         return seq

@@ -8,7 +8,7 @@ Appends are conditional on the subject's last sequence
 (``Nats-Expected-Last-Subject-Sequence``). That header is the uniqueness constraint of a Run
 (expected ``0`` on the Run's own subject) and the single-writer rule of every later event.
 Each append also carries a ``Nats-Msg-Id``: after a lost acknowledgement, the resent message
-gets error 10071 rather than ``duplicate`` (NATS-FACTS.md, "retry trap"), so on 10071 the
+gets error 10071 rather than ``duplicate`` (docs/design.md, "the retry trap"), so on 10071 the
 store reads the subject's last message and treats a matching ID as its own success.
 """
 
@@ -25,8 +25,10 @@ import nats
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import (
+    DeliverPolicy,
     DiscardPolicy,
     KeyValueConfig,
     RetentionPolicy,
@@ -93,7 +95,7 @@ class Store:
         while True:
             try:
                 return await op()
-            except (Conflict, errors.NotFound, SchedulerError):
+            except (Conflict, SchedulerError):
                 raise
             except Exception as exc:
                 if not errors.is_transient(exc):
@@ -251,6 +253,39 @@ class Store:
         return await self.retrying("could not read",
                                    lambda: self._last(subject, next_from=max(1, from_seq)))
 
+    async def last_seq(self, stream: str) -> int:
+        """The stream's last sequence (0 when it holds nothing)."""
+        info = await self.retrying("could not read", lambda: self.js.stream_info(stream))
+        return info.state.last_seq if info.state.messages else 0
+
+    async def follow(
+        self, stream: str, filter_subject: str, cb: Callable[[Msg], Awaitable[None]],
+        *, heartbeat: float,
+    ) -> JetStreamContext.PushSubscription:
+        """An ordered consumer delivering the last event per subject, then every new one.
+
+        nats-py's ordered consumer recreates itself from the last seen stream sequence after
+        a gap or missed heartbeats, so a follower heals after reconnects and leader changes.
+        """
+        return await self.js.subscribe(
+            filter_subject,
+            stream=stream,
+            cb=cb,
+            ordered_consumer=True,
+            idle_heartbeat=heartbeat,
+            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+        )
+
+    @property
+    def connected(self) -> bool:
+        """Whether the connection is up now (a publish would not be buffered)."""
+        return self.nc.is_connected
+
+    @property
+    def max_payload(self) -> int:
+        """The server's largest message, in bytes (0 when not known)."""
+        return int(self.nc.max_payload or 0)
+
     def _stream_of(self, subject: str) -> str:
         if subject.startswith(f"{self.names.prefix}.run."):
             return self.names.runs_stream
@@ -266,7 +301,7 @@ class Store:
 def incompatibilities(wanted: StreamConfig, actual: StreamConfig) -> list[str]:
     """What in an existing event log's configuration would break the provider's guarantees.
 
-    Phrased for the operator who must fix it, without the engine's vocabulary (SEAM.md).
+    Phrased for the operator who must fix it, without the engine's vocabulary (docs/contract.md).
     """
     problems: list[str] = []
     missing = set(wanted.subjects or []) - set(actual.subjects or [])

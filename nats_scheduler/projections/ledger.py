@@ -55,9 +55,6 @@ class Ledger:
         entry = self._runs.get(run_id)
         return entry[1] if entry else None
 
-    def get_with_seq(self, run_id: str) -> tuple[int, RunRecord] | None:
-        return self._runs.get(run_id)
-
     def page(self, deployment_id: str, limit: int, before: str | None = None) -> list[RunRecord]:
         """Up to ``limit`` Runs, newest first; with ``before``, only Runs older than it.
 

@@ -1,9 +1,10 @@
 """Dispatch: claim a Run, call the handler, store what it returned, retry, recover.
 
-One task per Run this process holds. The sequence per attempt follows SEAM.md: claim (lease
-+ ``run.claimed``), ``start_session``, store the Session ID, ``admit_turn``, store the turn
-(``run.dispatched``). Transient failures wait a bounded, jittered backoff while the lease is
-kept; ``RunPermanentError`` or an exhausted budget ends FAILED.
+One task per Run this process holds. The sequence per attempt follows the contract
+(docs/contract.md): claim (lease + ``run.claimed``), ``start_session``, store the Session
+ID, ``admit_turn``, store the turn (``run.dispatched``). Transient failures wait a bounded,
+jittered backoff while the lease is kept; ``RunPermanentError`` or an exhausted budget ends
+FAILED.
 
 A recovery sweep resumes Runs nobody is working on: Runs whose lease expired (their holder
 died or paused), Runs released at a drain, and Runs created by a process that died before it
@@ -17,6 +18,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Protocol
 
 from ..clock import Clock
 from ..core import runcore
@@ -31,14 +33,17 @@ from ..seam import (
     RunInvocation,
     RunPermanentError,
     SchedulerError,
-    Trigger,
 )
+from .firing import NOT_STARTED_AFTER_PAUSE
 
 log = logging.getLogger(__name__)
 
-NOT_STARTED_AFTER_PAUSE = (
-    "not started: its schedule was paused, held or deleted before this run was stored"
-)
+
+
+class Gate(Protocol):
+    """Whether a Run may start its first attempt (:meth:`runtime.firing.Firing.may_start`)."""
+
+    async def may_start(self, record: RunRecord, *, vetted: bool) -> bool: ...
 
 
 class _LostRun(Exception):
@@ -72,7 +77,7 @@ class Dispatcher:
         call_timeout: float,
         max_concurrent: int,
         claim_grace: float,
-        stored_after_pause: Callable[[RunRecord], Awaitable[bool]] | None = None,
+        gate: Gate | None = None,
     ) -> None:
         self._runlog = runlog
         self._ledger = ledger
@@ -83,7 +88,7 @@ class Dispatcher:
         self._call_timeout = call_timeout
         self._semaphore = asyncio.Semaphore(max_concurrent)
         self._claim_grace = timedelta(seconds=claim_grace)
-        self._stored_after_pause = stored_after_pause
+        self._gate = gate
         self._vetted: set[str] = set()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._holdings: dict[str, _Holding] = {}
@@ -222,20 +227,17 @@ class Dispatcher:
             await self._attempt(holding)
 
     async def _refused_after_pause(self, holding: _Holding) -> bool:
-        """Never start a scheduled Run that reached the store after its Schedule stopped.
+        """Ask the firing gate before the first claim; record FAILED what it refuses.
 
         A replica frozen (or cut off) between its fresh Schedule read and the socket write can
-        have its create stored long after a pause it could not see. Such a Run is recorded
-        FAILED with a reason instead of reaching the handler, so no Run stored later than
-        the pause-visibility bound is ever started. Checked once, before the first claim.
+        have its create stored long after a pause it could not see (see
+        :mod:`nats_scheduler.runtime.firing`). Such a Run is recorded FAILED with a reason
+        instead of reaching the handler.
         """
         record = holding.record
         assert record is not None
-        if (record.run_id in self._vetted or self._stored_after_pause is None
-                or record.trigger != Trigger.SCHEDULE or record.attempts > 0
-                or record.finished):
-            return False
-        if not await self._stored_after_pause(record):
+        if self._gate is None or await self._gate.may_start(
+                record, vetted=record.run_id in self._vetted):
             return False
         log.warning("run %s reached the store after its schedule stopped; not starting it",
                     record.run_id)
@@ -304,7 +306,8 @@ class Dispatcher:
         A holder that was paused or starved past its lease's expiry re-proves ownership with
         a CAS renewal first, so once another process took the lease it writes nothing more.
         Whatever could slip between that check and the write is refused by the Run's
-        sequence as soon as the new holder's ``run.claimed`` is stored (DESIGN.md point 3).
+        sequence as soon as the new holder's ``run.claimed`` is stored (docs/design.md,
+        "single writer per Run").
         """
         if holding.lost:
             raise _LostRun()

@@ -50,7 +50,7 @@ from typing import Any
 import msgspec
 
 from ..core import calendar, runcore
-from ..names import requested_run_id
+from ..names import requested_create_msg_id, requested_run_id
 from ..provider import NatsSchedulerProvider
 from ..seam import EnqueueRequest, Run, RunPayload, Schedule, Trigger
 from ..settings import NatsSettings
@@ -226,9 +226,8 @@ class Replica:
             run_id=run_id, deployment_id=deployment, trigger=Trigger.RUN_NOW, due_at=None,
             payload=record.payload, now=datetime.now(UTC), actor=provider.identity,
         )
-        runlog = provider._runlog  # a testing tool may reach inside: this is the point
-        assert runlog is not None
-        _, stored, _ = await runlog.create(event, msg_id=f"req:{run_id}")
+        _, stored, _ = await provider.runlog.create(
+            event, msg_id=requested_create_msg_id(run_id))
         return {"run": run_to_json(stored.to_run())}
 
     async def op_list_runs(self, cmd: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,143 @@
+"""Checking what AstraBox and operators hand the provider, before anything is written.
+
+Every input check lives here, so an ID, a note or a Schedule is judged the same way
+whichever method received it, and every refusal is worded for an API response (it names
+the deployment or Run and says what is wrong, never the engine's words). Nothing here does
+I/O: the size check takes the server's limit as an argument.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from ..names import token
+from ..seam import EnqueueRequest, InvalidSchedule, Schedule, Trigger
+from . import calendar
+
+MAX_NOTE_CHARS = 1000
+"""Longest ``by``/``reason``/``requested_by`` text an operator action or enqueue may carry."""
+
+MAX_EVENT_BYTES = 512 * 1024
+"""Refuse Schedules whose events would not fit comfortably in the server's max payload."""
+
+EVENT_HEADROOM_BYTES = 32 * 1024
+"""What a Schedule's later events (hold with who and why) and its Runs' events (IDs, times,
+holder, requested_by, reason, error) may add to the Schedule's own event. A Schedule is
+refused unless its event plus this room fits the server's max payload, so every event it
+leads to can be stored (tests/test_hostile_input.py)."""
+
+MAX_PAGE = 1000
+"""The seam's largest ``list_runs`` page."""
+
+
+def usable_id(value: object) -> bool:
+    """Whether ``value`` can name a deployment or Run in the store (see :func:`names.token`).
+
+    An ID that is not usable can never have been stored: reads of it find nothing and
+    deleting it is a no-op.
+    """
+    try:
+        token(value)  # type: ignore[arg-type]
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+def check_deployment_id(value: str) -> None:
+    """InvalidSchedule when ``value`` cannot name a deployment."""
+    try:
+        token(value)
+    except (ValueError, TypeError) as exc:
+        raise InvalidSchedule(f"deployment ID {str(value)[:80]!r} is not usable: {exc}") from None
+
+
+def text_problem(value: str, max_chars: int | None = None) -> str | None:
+    """Why ``value`` cannot be stored as event text (lone surrogates, too long), or None."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid Unicode text"
+    if max_chars is not None and len(value) > max_chars:
+        return f"is longer than {max_chars} characters"
+    return None
+
+
+def check_notes(**notes: str | None) -> None:
+    """ValueError naming the first operator note (who, why) that cannot be stored."""
+    for what, value in notes.items():
+        problem = None if value is None else text_problem(value, MAX_NOTE_CHARS)
+        if problem is not None:
+            raise ValueError(f"{what} {problem}")
+
+
+def check_operator_action(by: str, reason: str) -> None:
+    """An operator hold or release names who asks and why, in storable text."""
+    if not by or not by.strip():
+        raise ValueError("an operator action needs the name of who asks for it")
+    if not reason or not reason.strip():
+        raise ValueError("an operator hold or release needs a reason")
+    check_notes(by=by, reason=reason)
+
+
+def check_schedule(schedule: Schedule) -> None:
+    """InvalidSchedule unless the Schedule's ID, texts, cron and time zone can be stored."""
+    check_deployment_id(schedule.deployment_id)
+    texts = {"name": schedule.name, "cron": schedule.cron, "timezone": schedule.timezone,
+             "target": schedule.payload.target, "prompt": schedule.payload.prompt}
+    for what, value in texts.items():
+        problem = text_problem(value)
+        if problem is not None:
+            raise InvalidSchedule(
+                f"schedule of deployment {schedule.deployment_id!r} is invalid: "
+                f"its {what} {problem}"
+            )
+    try:
+        calendar.validate(schedule.cron, schedule.timezone)
+    except InvalidSchedule as exc:
+        raise InvalidSchedule(
+            f"schedule of deployment {schedule.deployment_id!r} is invalid: {exc}"
+        ) from None
+
+
+def max_schedule_event_bytes(server_max_payload: int | None) -> int:
+    """The largest Schedule event whose later events all fit the server's max payload."""
+    server_max = server_max_payload or MAX_EVENT_BYTES
+    return max(0, min(MAX_EVENT_BYTES, server_max - EVENT_HEADROOM_BYTES))
+
+
+def check_schedule_size(deployment_id: str, event_bytes: int, limit: int) -> None:
+    """InvalidSchedule when a Schedule's event is larger than ``limit`` bytes."""
+    if event_bytes > limit:
+        raise InvalidSchedule(
+            f"schedule of deployment {deployment_id!r} is too large "
+            f"(target and prompt must stay under {limit // 1024} KiB)"
+        )
+
+
+def check_reconcile(schedules: list[Schedule]) -> None:
+    """Every Schedule valid, and each deployment given once."""
+    if len({s.deployment_id for s in schedules}) != len(schedules):
+        raise InvalidSchedule("reconcile was given the same deployment more than once")
+    for schedule in schedules:
+        check_schedule(schedule)
+
+
+def check_enqueue(request: EnqueueRequest, reason: str | None) -> None:
+    """Run now or Replay only, with storable notes."""
+    if request.trigger not in (Trigger.RUN_NOW, Trigger.REPLAY):
+        raise ValueError("enqueue takes run_now or replay")
+    check_notes(requested_by=request.requested_by, reason=reason)
+
+
+def check_limit(limit: object) -> int:
+    """The seam's paging bound: an int from 1 to 1000, else ValueError."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise ValueError(f"limit must be between 1 and {MAX_PAGE}")
+    return limit
+
+
+def utc(value: datetime, what: str) -> datetime:
+    """``value`` in UTC; ValueError for a naive datetime."""
+    if value.tzinfo is None:
+        raise ValueError(f"{what} must be a timezone-aware datetime")
+    return value.astimezone(UTC)

@@ -1,0 +1,170 @@
+"""Firing a due time: store its Run so that a paused Schedule stops within a known bound.
+
+The seam promises that after ``apply(enabled=False)`` returns, no scheduled Run starts later
+than ``pause_visibility_seconds``. Two halves keep that promise (docs/architecture.md,
+"Firing and pause visibility"):
+
+1. **Fresh read, bounded send** (:meth:`Firing.fire_due`). Right before the create, the
+   Schedule is read from the stream leader; the create leaves only while that read is younger
+   than :data:`FIRE_READ_MAX_AGE`, and never while disconnected (the client would buffer it
+   and send it after reconnecting, maybe long after a pause it could not see). An older read
+   is done again.
+2. **A gate before the first claim** (:meth:`Firing.may_start`). A create can still reach the
+   store late (a process frozen between its read and the socket write). The dispatcher asks
+   the gate before it first claims a scheduled Run; a Run stored after its Schedule stopped
+   firing, judged on the server's timestamps, is recorded FAILED and never started.
+
+The uniqueness of a Run per due time is the store's: the create is conditional on the Run's
+subject being empty and carries ``<deployment>@<due time>`` as its Msg-Id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+from ..clock import Clock
+from ..core import calendar, runcore, validation
+from ..core.events import RunRecord, ScheduleRecord
+from ..jetstream.runlog import RunLog
+from ..jetstream.schedulelog import ScheduleLog
+from ..jetstream.store import Store
+from ..names import scheduled_create_msg_id, scheduled_run_id
+from ..seam import InvalidSchedule, SchedulerUnavailable, Trigger
+
+log = logging.getLogger(__name__)
+
+PAUSE_VISIBILITY_SECONDS = 0.5
+"""No scheduled Run stored later than this after ``apply(enabled=False)`` returned is started.
+
+The figures are in bench/pause_visibility.py, the tests in tests/test_pause_visibility.py."""
+
+FIRE_READ_MAX_AGE = 0.2
+"""Seconds a Schedule read may age before the Run create it allows is sent (else: read again).
+
+Part of the pause-visibility bound: a create decided on a read older than this never leaves."""
+
+NOT_STARTED_AFTER_PAUSE = (
+    "not started: its schedule was paused, held or deleted before this run was stored"
+)
+"""The error of a scheduled Run refused by the gate."""
+
+Submit = Callable[[RunRecord, bool], None]
+"""Hand a newly stored Run to the dispatcher: (record, vetted)."""
+
+
+class _StaleRead(Exception):
+    """The Schedule read behind a firing aged past ``FIRE_READ_MAX_AGE`` before the create."""
+
+
+class Firing:
+    """Stores the Run of each due time fired on this process, and gates their first start."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        schedules: ScheduleLog,
+        runs: RunLog,
+        clock: Clock,
+        identity: str,
+        submit: Submit,
+    ) -> None:
+        self._store = store
+        self._schedules = schedules
+        self._runs = runs
+        self._clock = clock
+        self._identity = identity
+        self._submit = submit
+        self.stale_fires = 0
+        """Firings whose Schedule read aged before the create and was done again."""
+
+    async def fire_due(self, deployment_id: str, due_at: datetime) -> RunRecord | None:
+        """Store the Run of one due time (the ticker's single code path).
+
+        Returns the Run (also when another process stored it first), None when the Schedule
+        is unknown, deleted, disabled or held; InvalidSchedule when ``due_at`` is not one of
+        its due times.
+        """
+        due = validation.utc(due_at, "due_at")
+        if not validation.usable_id(deployment_id):
+            return None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._store.retry_seconds
+        delay = 0.05
+        while True:
+            read_at = self._clock.now()
+            record = await self._schedules.read(deployment_id)
+            if record is None or not record.active:
+                return None
+            if not calendar.is_due_time(record.cron, record.timezone, due):
+                raise InvalidSchedule(
+                    f"{due.isoformat()} is not a due time of deployment {deployment_id!r}"
+                )
+            # Past the deadline a busy process still fires (liveness): the create may then
+            # leave on an older read, and the gate checks such a Run against the Schedule
+            # as it stood when the Run was stored.
+            fresh_only = loop.time() < deadline
+            try:
+                return await self._create(record, due, read_at, fresh_only=fresh_only)
+            except _StaleRead:
+                self.stale_fires += 1
+                log.info("schedule read for %s aged before the create; reading again",
+                         deployment_id)
+            except SchedulerUnavailable:
+                if loop.time() + delay > deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    async def _create(
+        self, record: ScheduleRecord, due: datetime, read_at: datetime, *, fresh_only: bool
+    ) -> RunRecord:
+        """Send the create of a scheduled Run once, if the Schedule read is still fresh.
+
+        With ``fresh_only=False`` (the firing's retry time is used up) it is sent anyway and
+        the Run is left for the gate. It is sent once (no store-level retry): a retry reads
+        the Schedule again first, so no create leaves on a stale read.
+        """
+        now = self._clock.now()
+        if fresh_only and (now - read_at).total_seconds() > FIRE_READ_MAX_AGE:
+            raise _StaleRead()
+        if not self._store.connected:
+            raise SchedulerUnavailable("the scheduler store is unavailable: not connected")
+        deployment_id = record.deployment_id
+        event = runcore.create(
+            run_id=scheduled_run_id(deployment_id, due), deployment_id=deployment_id,
+            trigger=Trigger.SCHEDULE, due_at=due, payload=record.payload, now=now,
+            actor=self._identity,
+        )
+        _, stored, created = await self._runs.create(
+            event, msg_id=scheduled_create_msg_id(deployment_id, due), retry_seconds=0
+        )
+        if created:
+            # Acknowledged within the bound of the read: stored within it too, so the gate
+            # need not look at it.
+            age = (self._clock.now() - read_at).total_seconds()
+            self._submit(stored, age <= PAUSE_VISIBILITY_SECONDS)
+        return stored
+
+    async def may_start(self, record: RunRecord, *, vetted: bool) -> bool:
+        """The gate: False for a scheduled Run stored only after its Schedule stopped firing.
+
+        Asked once, before a Run's first claim. Decided on the server's timestamps: the
+        Run's first event against the Schedule as it stood at that instant. Runs stored
+        within ``FIRE_READ_MAX_AGE`` of being decided (all of them, unless their replica
+        froze or its connection stalled mid-send) need only one read.
+        """
+        if (vetted or record.trigger != Trigger.SCHEDULE or record.attempts > 0
+                or record.finished):
+            return True
+        first = await self._store.next(
+            self._store.names.run_subject(record.deployment_id, record.run_id))
+        if first is None or first.stored_at is None:
+            return True
+        if (first.stored_at - record.created_at).total_seconds() <= FIRE_READ_MAX_AGE:
+            return True
+        schedule = await self._schedules.as_of(record.deployment_id, first.stored_at)
+        return schedule is None or schedule.active
