@@ -20,6 +20,15 @@ Design choices, and why:
 * **Processes are ended only by their PID**: ``stop`` is SIGTERM -> wait -> SIGKILL,
   ``kill`` is SIGKILL for fault tests. An ``atexit`` hook stops whatever this Python
   process started and did not stop, so an interrupted run leaves no server behind.
+* **A server does not outlive a SIGKILLed parent (Linux).** ``atexit`` never runs on
+  SIGKILL (or an OOM kill), so each server is started with ``prctl(PR_SET_PDEATHSIG,
+  SIGTERM)``: the kernel sends it SIGTERM when its parent goes away. The kernel ties that
+  signal to the THREAD that forked the server, not to the process: a server spawned from a
+  short-lived thread (``asyncio.to_thread`` in an event loop that later closes, a
+  ``threading.Thread`` that returns) would be terminated when that thread exits. So every
+  server is forked from one long-lived spawner thread per process (:func:`_popen`), which
+  ends only when the interpreter does, whichever thread calls :meth:`NatsServer.start`.
+  Elsewhere (macOS, ...) there is no such signal and the spawn is a plain ``Popen``.
 
 Everything here is synchronous and fast (a server is ready ~15 ms after spawn); async
 callers can wrap ``start``/``stop`` in ``anyio.to_thread.run_sync``.
@@ -29,22 +38,25 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import importlib.metadata
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import sysconfig
 import threading
 import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 __all__ = [
     "NatsServer",
@@ -132,6 +144,76 @@ def _stop_leftovers() -> None:
     for server in servers:
         with contextlib.suppress(Exception):
             server.stop(timeout=2)
+
+
+# --------------------------------------------------------------------------- parent-death signal
+
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    """libc's ``prctl``, resolved once in the parent (the forked child must not load libs)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+        return prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _load_prctl()
+
+
+def _die_with_parent(prctl: Callable[..., int], parent_pid: int) -> Callable[[], None]:
+    """A ``preexec_fn``: SIGTERM the child when the thread that forked it exits.
+
+    If the parent already died between fork and prctl, the signal would never come (the
+    child was reparented first), so the child exits at once instead of running orphaned.
+    """
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+    return preexec
+
+
+class _Spawner:
+    """One thread per process that forks every server, so PDEATHSIG means "process died".
+
+    The thread lives until interpreter shutdown (or a SIGKILL), never earlier. A forked
+    copy of this process (multiprocessing) starts over: threads are not copied by fork.
+    """
+
+    def __init__(self) -> None:
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+
+    def popen(
+        self, prctl: Callable[..., int], args: list[str], **kw: Any
+    ) -> subprocess.Popen[bytes]:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix="nats-server-spawner")
+            executor = self._executor
+        preexec = _die_with_parent(prctl, os.getpid())
+        return executor.submit(subprocess.Popen, args, preexec_fn=preexec, **kw).result()
+
+
+_SPAWNER = _Spawner()
+
+
+def _popen(args: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen`` for a server: tied to this process's life where the OS allows."""
+    if _PRCTL is None:
+        return subprocess.Popen(args, **kw)
+    return _SPAWNER.popen(_PRCTL, args, **kw)
 
 
 def _healthz_ok(url: str) -> bool:
@@ -293,7 +375,7 @@ class NatsServer:
         with open(self.log_path, "ab") as log:
             log.write(f"\n=== spawn {' '.join(self._command())}\n".encode())
             log.flush()
-            self._proc = subprocess.Popen(
+            self._proc = _popen(
                 self._command(),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
