@@ -37,10 +37,14 @@ from nats_scheduler.core.events import RunClaimed, RunCreated, RunFailed
 from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.provider import NatsSchedulerProvider
 from nats_scheduler.runtime.firing import NOT_STARTED_AFTER_PAUSE
-from nats_scheduler.testing.history import deployment_run_history
-from nats_scheduler.testing.replicas import ReplicaProcess, ReplicaSet
-from nats_scheduler.testing.servers import connect_fast
-from nats_scheduler.testing.shared_handler import SqliteRunHandler
+
+# Run as `python bench/x.py`: sys.path[0] is bench/, so add the repo root for tests.harness.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.harness.history import deployment_run_history
+from tests.harness.replicas import ReplicaProcess, ReplicaSet
+from tests.harness.servers import connect_fast
+from tests.harness.shared_handler import SqliteRunHandler
 
 FAR = datetime(2032, 2, 29, tzinfo=UTC)  # a calendar of 29 February: no real firing
 

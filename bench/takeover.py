@@ -3,7 +3,7 @@
     .venv/bin/python bench/takeover.py [--runs 10] [--lease-seconds 5]
 
 Real processes on a private nats-server: for each run and each kill point, two replica
-processes (``nats_scheduler.testing.replica``) share one SQLite handler; the first handler
+processes (``tests.harness.replica``) share one SQLite handler; the first handler
 call is held at the kill point (``hang_start``: before start_session returned;
 ``hang_admit``: between start_session and admit_turn), the holder is SIGKILLed, the hold is
 lifted, and the survivor finishes the Run under the same Run ID and Session. Times are from
@@ -27,10 +27,14 @@ from pathlib import Path
 from nats_scheduler.core.events import RunClaimed
 from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.settings import NatsSettings
-from nats_scheduler.testing.history import run_history
-from nats_scheduler.testing.replicas import ReplicaSet
-from nats_scheduler.testing.servers import connect_fast
-from nats_scheduler.testing.shared_handler import SqliteRunHandler
+
+# Run as `python bench/x.py`: sys.path[0] is bench/, so add the repo root for tests.harness.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.harness.history import run_history
+from tests.harness.replicas import ReplicaSet
+from tests.harness.servers import connect_fast
+from tests.harness.shared_handler import SqliteRunHandler
 
 DUE = datetime(2032, 2, 29, 3, 0, tzinfo=UTC)  # a calendar of 29 February: no real firing
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from nats_scheduler.natsserver.process import NatsCluster, NatsServer
-from nats_scheduler.testing.servers import (
+from nats_scheduler.natsserver.process import NatsServer
+from tests.harness.cluster import NatsCluster
+from tests.harness.servers import (
     DockerUnavailable,
     testcontainers_nats,
     testcontainers_requested,

@@ -32,7 +32,7 @@ from nats_scheduler.natsserver.config import production_server
 from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.provider import NatsSchedulerProvider
 from nats_scheduler.seam import RunHandler
-from nats_scheduler.testing.servers import FAST_CONNECT
+from tests.harness.servers import FAST_CONNECT
 from tests.providers import running
 
 PASSWORDS = {"scheduler": "scheduler-test-pw", "operator": "operator-test-pw",

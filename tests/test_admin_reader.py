@@ -12,7 +12,7 @@ from nats_scheduler.admin.service import start_admin_service
 from nats_scheduler.clock import ManualClock
 from nats_scheduler.seam import RunPayload, RunState, Schedule
 from nats_scheduler.testing.handler import RecordingRunHandler
-from nats_scheduler.testing.servers import connect_fast, unique_prefix
+from tests.harness.servers import connect_fast, unique_prefix
 from tests.providers import assert_clean, eventually, running
 
 pytestmark = pytest.mark.anyio

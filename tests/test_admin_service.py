@@ -23,7 +23,7 @@ from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.provider import NatsSchedulerProvider
 from nats_scheduler.seam import RunPayload, RunState, Schedule, Trigger
 from nats_scheduler.testing.handler import RecordingRunHandler
-from nats_scheduler.testing.servers import connect_fast, unique_prefix
+from tests.harness.servers import connect_fast, unique_prefix
 from tests.providers import assert_clean, eventually, running
 
 pytestmark = pytest.mark.anyio

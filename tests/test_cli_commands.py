@@ -24,7 +24,7 @@ from nats_scheduler.cli.main import main
 from nats_scheduler.provider import NatsSchedulerProvider
 from nats_scheduler.seam import RunPayload, Schedule
 from nats_scheduler.testing.handler import RecordingRunHandler
-from nats_scheduler.testing.servers import unique_prefix
+from tests.harness.servers import unique_prefix
 from tests.providers import assert_clean, running
 
 pytestmark = pytest.mark.anyio

@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 import pytest
 
 from nats_scheduler.core import calendar
-from nats_scheduler.natsserver.process import NatsCluster
 from nats_scheduler.provider import NatsSchedulerProvider
 from nats_scheduler.seam import (
     EnqueueRequest,
@@ -32,7 +31,8 @@ from nats_scheduler.seam import (
     Trigger,
 )
 from nats_scheduler.testing.handler import RecordingRunHandler
-from nats_scheduler.testing.servers import connect_fast, unique_prefix
+from tests.harness.cluster import NatsCluster
+from tests.harness.servers import connect_fast, unique_prefix
 from tests.providers import assert_clean, eventually, running
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

@@ -15,7 +15,7 @@ from nats_scheduler import NatsSchedulerProvider
 from nats_scheduler.core import calendar
 from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.testing.conformance import SchedulerProviderContractSuite
-from nats_scheduler.testing.servers import unique_prefix
+from tests.harness.servers import unique_prefix
 from tests.providers import ENGINE_WORDS, SqliteBackend, settings
 
 

@@ -14,7 +14,7 @@ from nats_scheduler.devhost.handler import DevHostRunHandler, count_calls, read_
 from nats_scheduler.devhost.host import DevHost
 from nats_scheduler.devhost.records import DeploymentStore
 from nats_scheduler.seam import EnqueueRequest, RunState, Trigger
-from nats_scheduler.testing.servers import connect_fast, unique_prefix
+from tests.harness.servers import connect_fast, unique_prefix
 from tests.providers import MongoBackend, eventually, settings
 
 pytestmark = pytest.mark.anyio

@@ -32,10 +32,11 @@ from nats_scheduler.admin.service import start_admin_service
 from nats_scheduler.jetstream.connection import MIN_SERVER_VERSION, parse_version
 from nats_scheduler.jetstream.store import Store
 from nats_scheduler.names import Names
-from nats_scheduler.natsserver.process import NatsCluster, NatsServer, free_port
+from nats_scheduler.natsserver.process import NatsServer, free_port
 from nats_scheduler.seam import RunPayload, Schedule, SchedulerConfigurationError
 from nats_scheduler.settings import NatsSettings
-from nats_scheduler.testing.servers import connect_fast, unique_prefix
+from tests.harness.cluster import NatsCluster
+from tests.harness.servers import connect_fast, unique_prefix
 from tests.providers import running
 from tests.security_support import PASSWORDS, prod_server, store_state
 

@@ -10,7 +10,7 @@ import pytest
 
 from nats_scheduler.core import events
 from nats_scheduler.seam import EnqueueRequest, RunPayload, RunState, Schedule, Trigger
-from nats_scheduler.testing.servers import connect_fast, unique_prefix
+from tests.harness.servers import connect_fast, unique_prefix
 from tests.providers import eventually, running
 
 FIXTURES = sorted((Path(__file__).parent / "fixtures" / "events").glob("v*/*.json"))

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from nats_scheduler.seam import RunPayload, RunState, Schedule
-from nats_scheduler.testing.servers import unique_prefix
+from tests.harness.servers import unique_prefix
 from tests.providers import eventually, running
 
 pytestmark = pytest.mark.anyio

@@ -17,8 +17,9 @@ import pytest
 from nats.js.api import StorageType
 from nats.js.client import JetStreamContext
 
-from nats_scheduler.natsserver.process import NatsCluster, NatsServer, find_nats_server
-from nats_scheduler.testing.servers import (
+from nats_scheduler.natsserver.process import NatsServer, find_nats_server
+from tests.harness.cluster import NatsCluster
+from tests.harness.servers import (
     DockerUnavailable,
     connect_fast,
     testcontainers_nats,

@@ -15,7 +15,7 @@ from nats_scheduler.seam import (
     ScheduleNotFound,
     Trigger,
 )
-from nats_scheduler.testing.servers import unique_prefix
+from tests.harness.servers import unique_prefix
 from tests.providers import assert_clean, running
 
 pytestmark = pytest.mark.anyio

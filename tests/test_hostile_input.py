@@ -43,7 +43,7 @@ from nats_scheduler.seam import (
     Schedule,
     Trigger,
 )
-from nats_scheduler.testing.servers import unique_prefix
+from tests.harness.servers import unique_prefix
 from tests.providers import assert_clean, eventually, running
 
 COMMON = settings(deadline=None, derandomize=True, database=None,

@@ -1,6 +1,6 @@
 """Cluster-wide guarantees across real OS processes (issue 4, items 1-4).
 
-Every replica here is a separate ``python -m nats_scheduler.testing.replica`` process with a
+Every replica here is a separate ``python -m tests.harness.replica`` process with a
 ``SqliteRunHandler`` on one shared file, so Sessions are counted across processes the way
 AstraBox would count them. Faults are real signals by PID: SIGKILL mid-call, SIGSTOP past the
 lease. Who wrote what is read back from the store (every event names its writer).
@@ -31,10 +31,10 @@ from nats_scheduler.jetstream.leases import LeaseValue
 from nats_scheduler.names import token
 from nats_scheduler.seam import RunPayload, Schedule
 from nats_scheduler.testing.handler import RecordingRunHandler
-from nats_scheduler.testing.history import StoredEvent, run_history
-from nats_scheduler.testing.replicas import ReplicaProcess, ReplicaSet
-from nats_scheduler.testing.servers import connect_fast, unique_prefix
-from nats_scheduler.testing.shared_handler import CallRecord, SqliteRunHandler
+from tests.harness.history import StoredEvent, run_history
+from tests.harness.replicas import ReplicaProcess, ReplicaSet
+from tests.harness.servers import connect_fast, unique_prefix
+from tests.harness.shared_handler import CallRecord, SqliteRunHandler
 from tests.providers import eventually, running
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

@@ -32,10 +32,10 @@ from nats_scheduler.provider import NatsSchedulerProvider
 from nats_scheduler.runtime.firing import FIRE_READ_MAX_AGE, NOT_STARTED_AFTER_PAUSE
 from nats_scheduler.seam import Run, RunNotFound, RunPayload, RunState, Schedule, Trigger
 from nats_scheduler.testing.handler import RecordingRunHandler
-from nats_scheduler.testing.history import deployment_run_history
-from nats_scheduler.testing.replicas import ReplicaSet
-from nats_scheduler.testing.servers import connect_fast, unique_prefix
-from nats_scheduler.testing.shared_handler import SqliteRunHandler
+from tests.harness.history import deployment_run_history
+from tests.harness.replicas import ReplicaSet
+from tests.harness.servers import connect_fast, unique_prefix
+from tests.harness.shared_handler import SqliteRunHandler
 from tests.providers import eventually, running
 
 pytestmark = pytest.mark.anyio

@@ -18,7 +18,7 @@ from nats_scheduler.seam import (
     SchedulerUnavailable,
 )
 from nats_scheduler.testing.handler import RecordingRunHandler
-from nats_scheduler.testing.servers import connect_fast, unique_prefix
+from tests.harness.servers import connect_fast, unique_prefix
 from tests.providers import MongoBackend, assert_clean, running, settings
 
 pytestmark = pytest.mark.anyio

@@ -36,7 +36,7 @@ from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.provider import NatsSchedulerProvider
 from nats_scheduler.seam import EnqueueRequest, RunPayload, RunState, Schedule, Trigger
 from nats_scheduler.testing.handler import RecordingRunHandler
-from nats_scheduler.testing.servers import unique_prefix
+from tests.harness.servers import unique_prefix
 from tests.providers import running, settings
 from tests.security_support import PASSWORDS, prod_server
 

@@ -11,7 +11,7 @@ import pytest
 from nats_scheduler.core import calendar
 from nats_scheduler.seam import RunPayload, RunState, Schedule
 from nats_scheduler.testing.handler import RecordingRunHandler
-from nats_scheduler.testing.servers import unique_prefix
+from tests.harness.servers import unique_prefix
 from tests.providers import eventually, running
 
 pytestmark = pytest.mark.anyio

@@ -31,7 +31,7 @@ from nats_scheduler.cli.main import main as nats_scheduler
 from nats_scheduler.devhost.cli import main as devhost
 from nats_scheduler.devhost.handler import count_calls, read_sessions
 from nats_scheduler.seam import RunState, Trigger
-from nats_scheduler.testing.servers import connect_fast, unique_prefix
+from tests.harness.servers import connect_fast, unique_prefix
 from tests.providers import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(240)]

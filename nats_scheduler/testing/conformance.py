@@ -1,4 +1,4 @@
-"""The reusable, provider-neutral contract suite of the scheduler seam (``SEAM.md``).
+"""The reusable, provider-neutral contract suite of the scheduler seam (:mod:`nats_scheduler.seam`).
 
 Bind it in a provider's tests by subclassing it under a name pytest collects::
 

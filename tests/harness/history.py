@@ -14,8 +14,8 @@ from datetime import datetime
 import nats.js.errors
 from nats.js import JetStreamContext
 
-from ..core.events import AnyEvent, decode_event
-from ..names import Names
+from nats_scheduler.core.events import AnyEvent, decode_event
+from nats_scheduler.names import Names
 
 __all__ = ["StoredEvent", "deployment_run_history", "run_history", "subject_history"]
 

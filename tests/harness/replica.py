@@ -1,10 +1,10 @@
 """One provider replica as its own OS process, driven by JSON lines (tests, benchmarks, demo).
 
-``python -m nats_scheduler.testing.replica --url URL --prefix P --handler-db FILE
+``python -m tests.harness.replica --url URL --prefix P --handler-db FILE
 [--identity ID] [--lease-seconds S] [--settings JSON]``
 
 It starts one :class:`~nats_scheduler.NatsSchedulerProvider` whose handler is a
-:class:`~nats_scheduler.testing.shared_handler.SqliteRunHandler` on ``FILE``, so every replica
+:class:`~tests.harness.shared_handler.SqliteRunHandler` on ``FILE``, so every replica
 of a test shares AstraBox's idempotency and call records. It applies nothing by itself: the
 ticker fires whatever Schedules the store holds, and everything else is a command.
 
@@ -49,11 +49,12 @@ from typing import Any
 
 import msgspec
 
-from ..core import calendar, runcore
-from ..names import requested_create_msg_id, requested_run_id
-from ..provider import NatsSchedulerProvider
-from ..seam import EnqueueRequest, Run, RunPayload, Schedule, Trigger
-from ..settings import NatsSettings
+from nats_scheduler.core import calendar, runcore
+from nats_scheduler.names import requested_create_msg_id, requested_run_id
+from nats_scheduler.provider import NatsSchedulerProvider
+from nats_scheduler.seam import EnqueueRequest, Run, RunPayload, Schedule, Trigger
+from nats_scheduler.settings import NatsSettings
+
 from .shared_handler import SqliteRunHandler
 
 log = logging.getLogger("nats_scheduler.replica")
@@ -105,31 +106,35 @@ class FireLoop:
             "attempts", "stored", "inactive", "errors", "last_started_at", "last_stored_at")}
 
 
+class ReplicaProvider(NatsSchedulerProvider):
+    """The provider, noting every due time its ticker fires.
+
+    A test must see that ALL replicas fired a due time, not only the one whose Run won. The
+    ticker's single code path is the public :meth:`fire_due`, so overriding it records every
+    ticker fire without reaching into the ticker; the replica's own ``fire`` commands go
+    through :meth:`fire_unrecorded` so they are not mistaken for ticker fires.
+    """
+
+    def __init__(self, settings: NatsSettings) -> None:
+        super().__init__(settings)
+        self.ticker_fires: list[tuple[str, str]] = []
+
+    async def fire_due(self, deployment_id: str, due_at: datetime) -> Run | None:
+        self.ticker_fires.append((deployment_id, due_at.isoformat()))
+        return await super().fire_due(deployment_id, due_at)
+
+    async def fire_unrecorded(self, deployment_id: str, due_at: datetime) -> Run | None:
+        """``fire_due`` as a command, not noted as a ticker fire."""
+        return await super().fire_due(deployment_id, due_at)
+
+
 class Replica:
     """The command interpreter around one started provider."""
 
-    def __init__(self, provider: NatsSchedulerProvider) -> None:
+    def __init__(self, provider: ReplicaProvider) -> None:
         self.provider = provider
         self.loop: FireLoop | None = None
-        self.ticker_fires: list[tuple[str, str]] = []
         self._stopping = asyncio.Event()
-        self._record_ticker_fires()
-
-    def _record_ticker_fires(self) -> None:
-        """Note every due time the ticker fires, so a test can see that ALL replicas fired it.
-
-        The ticker has no public hook for this; a testing tool may wrap its fire function.
-        """
-        ticker = self.provider.ticker
-        if ticker is None:
-            return
-        fire = ticker._fire
-
-        async def recording(deployment_id: str, due: datetime) -> object:
-            self.ticker_fires.append((deployment_id, due.isoformat()))
-            return await fire(deployment_id, due)
-
-        ticker._fire = recording
 
     # ------------------------------------------------------------------ dispatch of commands
 
@@ -160,7 +165,7 @@ class Replica:
             await asyncio.sleep(max(0.0, float(start_at) - time.time()))
         dues = [datetime.fromisoformat(d) for d in cmd["dues"]]
         repeat = int(cmd.get("repeat", 1))
-        calls = [self.provider.fire_due(cmd["deployment"], due) for due in dues
+        calls = [self.provider.fire_unrecorded(cmd["deployment"], due) for due in dues
                  for _ in range(repeat)]
         runs = await asyncio.gather(*calls)
         return {"runs": [None if r is None else r.run_id for r in runs]}
@@ -187,7 +192,7 @@ class Replica:
             loop.attempts += 1
             loop.last_started_at = time.time()
             try:
-                run = await self.provider.fire_due(deployment, due)
+                run = await self.provider.fire_unrecorded(deployment, due)
             except Exception:
                 loop.errors += 1
                 log.warning("fire in loop failed", exc_info=True)
@@ -215,7 +220,11 @@ class Replica:
         return {"run": run_to_json(run)}
 
     async def op_create_unclaimed(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        """Store a Run as ``enqueue`` does, but never hand it to this process's dispatcher."""
+        """Store a Run as ``enqueue`` does, but never hand it to this process's dispatcher.
+
+        Written through a :class:`RunLog` of its own over the provider's public ``store`` and
+        ``ledger`` (the same create ``enqueue`` sends), so the dispatcher never hears of it.
+        """
         provider = self.provider
         deployment = cmd["deployment"]
         record = provider.schedules.get(deployment)
@@ -243,7 +252,7 @@ class Replica:
             "identity": self.provider.identity,
             "in_flight": dispatcher.in_flight if dispatcher else [],
             "fired": ticker.fired if ticker else 0,
-            "ticker_fires": self.ticker_fires,
+            "ticker_fires": self.provider.ticker_fires,
             "stale_fires": self.provider.stale_fires,
             "loop": self.loop.figures() if self.loop else None,
         }
@@ -313,7 +322,7 @@ async def amain(args: argparse.Namespace) -> int:
     identity = settings.identity or f"replica-{os.getpid()}"
     settings = settings.with_(identity=identity)
     handler = SqliteRunHandler(args.handler_db, process=identity)
-    provider = NatsSchedulerProvider(settings)
+    provider = ReplicaProvider(settings)
     provider.configure(repository_backend=None)
     await provider.start(handler)
     emit({"event": "ready", "identity": identity, "pid": os.getpid(), "at": time.time()})
@@ -323,7 +332,7 @@ async def amain(args: argparse.Namespace) -> int:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m nats_scheduler.testing.replica",
+    parser = argparse.ArgumentParser(prog="python -m tests.harness.replica",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", required=True, help="server URLs, comma-separated")
     parser.add_argument("--prefix", required=True)

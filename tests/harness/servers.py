@@ -1,4 +1,4 @@
-"""Test helpers on top of :mod:`nats_scheduler.natsserver.process`.
+"""Test helpers on top of :mod:`nats_scheduler.natsserver.process` (this repo's tests only).
 
 * :func:`connect_fast` connects without nats-py's default first-connect retries (about two
   minutes), so a test against a dead server fails in well under a second.
@@ -19,7 +19,9 @@ from typing import Any
 import nats
 from nats.aio.client import Client
 
-from ..natsserver.process import NatsCluster, NatsServer, find_nats_server, free_port
+from nats_scheduler.natsserver.process import NatsServer, find_nats_server, free_port
+
+from .cluster import NatsCluster
 
 __all__ = [
     "DockerUnavailable",

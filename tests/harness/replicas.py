@@ -1,4 +1,4 @@
-"""Spawn, drive, kill, pause and resume provider replicas (``testing.replica``) from asyncio.
+"""Spawn, drive, kill, pause and resume provider replicas (``tests.harness.replica``).
 
 :class:`ReplicaProcess` is one replica OS process: ``send`` a command and await its answer,
 ``wait_for`` an event line, and the signals the fault tests need (``kill`` = SIGKILL,
@@ -9,6 +9,11 @@ also exits by itself when its stdin closes, which covers a test process that was
 
 Each replica's stderr goes to ``<log_dir>/<identity>.log`` (appended across restarts) so a
 failing test can show :meth:`ReplicaProcess.log_tail`.
+
+A replica runs as ``python -m tests.harness.replica`` with the repository root as its working
+directory: ``-m`` puts that directory first on the child's ``sys.path``, which is how the
+child finds ``tests.harness`` (not shipped) next to the installed ``nats_scheduler``, whatever
+the parent's working directory or ``sys.path``.
 """
 
 from __future__ import annotations
@@ -25,7 +30,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
 
-__all__ = ["ReplicaError", "ReplicaProcess", "ReplicaSet"]
+__all__ = ["REPO_ROOT", "ReplicaError", "ReplicaProcess", "ReplicaSet"]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+"""The checkout this harness lives in: the replicas' working directory."""
 
 Message = dict[str, Any]
 
@@ -40,7 +48,7 @@ class ReplicaError(RuntimeError):
 
 
 class ReplicaProcess:
-    """One ``python -m nats_scheduler.testing.replica`` process."""
+    """One ``python -m tests.harness.replica`` process."""
 
     def __init__(
         self,
@@ -56,7 +64,7 @@ class ReplicaProcess:
     ) -> None:
         self.url = url
         self.prefix = prefix
-        self.handler_db = Path(handler_db)
+        self.handler_db = Path(handler_db).resolve()  # the child runs in REPO_ROOT
         self.identity = identity
         self.log_path = Path(log_dir) / f"{identity}.log"
         self.lease_seconds = lease_seconds
@@ -73,7 +81,7 @@ class ReplicaProcess:
     # ------------------------------------------------------------------ lifecycle
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "nats_scheduler.testing.replica", "--url", self.url,
+        cmd = [sys.executable, "-m", "tests.harness.replica", "--url", self.url,
                "--prefix", self.prefix, "--handler-db", str(self.handler_db),
                "--identity", self.identity, "--log-level", self.log_level]
         if self.lease_seconds is not None:
@@ -91,7 +99,7 @@ class ReplicaProcess:
         with _append_log(self.log_path) as log:
             self._proc = await asyncio.create_subprocess_exec(
                 *self.command(), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=log, limit=1 << 22,
+                stderr=log, limit=1 << 22, cwd=REPO_ROOT,
             )
         self.paused = False
         self._reader = asyncio.create_task(self._read(self._proc))

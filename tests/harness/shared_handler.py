@@ -1,9 +1,10 @@
 """``SqliteRunHandler``: an AstraBox stand-in whose state all processes share.
 
-Multi-process tests, the development host and the demo run several provider replicas as
-separate OS processes. To prove "one Session per Run" across them, the handler's idempotency
-and its call records must live where every process sees them: one SQLite file (WAL mode,
-``BEGIN IMMEDIATE`` transactions, so concurrent processes serialise on the write lock).
+Multi-process tests and benchmarks run several provider replicas as separate OS processes
+(:mod:`tests.harness.replica`). To prove "one Session per Run" across them, the handler's
+idempotency and its call records must live where every process sees them: one SQLite file
+(WAL mode, ``BEGIN IMMEDIATE`` transactions, so concurrent processes serialise on the write
+lock).
 
 Like AstraBox, ``start_session`` and ``admit_turn`` are idempotent on the Run ID: the first
 call creates the Session (or turn), every later call - from any process - returns it.
@@ -33,7 +34,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..seam import RunInvocation, RunPermanentError
+from nats_scheduler.seam import RunInvocation, RunPermanentError
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (run_id TEXT PRIMARY KEY, session_id TEXT NOT NULL,
