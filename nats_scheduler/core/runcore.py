@@ -5,7 +5,7 @@ appends the event they return. Every event carries the Run's whole state after i
 readers (the ledger projection, the admin views) take that state as given and never fold.
 :func:`evolve` is for whoever must verify a history rather than trust it: it replays each
 event's command on the state before it and rejects an event whose state does not follow
-(tests and checkers use it). Every function takes the current record and ``now``
+(``tests/test_runcore.py``). Every function takes the current record and ``now``
 explicitly, so tests run them without a server or a clock.
 
 Life of a Run (docs/architecture.md has the diagram)::
