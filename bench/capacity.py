@@ -4,7 +4,7 @@ Applies N Schedules that all fire every minute, then moves an injected clock acr
 minute boundary and measures how long the provider takes to store and dispatch the N Runs
 of that minute (they must be done well inside the minute for N to be supported). The
 reference, measured in the same run, is the raw rate of sequential acknowledged publishes to
-the same server (NATS-FACTS.md: the engine's ceiling). Run:
+the same server (the engine's ceiling: docs/design.md, "Throughput ceilings"). Run:
 ``.venv/bin/python bench/capacity.py [--schedules 10000]``.
 """
 

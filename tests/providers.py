@@ -12,7 +12,7 @@ from nats_scheduler.seam import RunHandler
 from nats_scheduler.testing.handler import RecordingRunHandler
 
 ENGINE_WORDS = ("nats", "jetstream", "stream", "consumer", "bucket", "kv", "raft", "$js")
-"""Words SEAM.md forbids in any message the provider raises."""
+"""Engine words no message the provider raises may contain (docs/contract.md, "Errors")."""
 
 FAST = dict(
     retry_attempts=3,
@@ -72,7 +72,7 @@ async def running(
 
 
 def assert_clean(message: str, *, echoed: str = "") -> None:
-    """SEAM.md: no engine vocabulary, no reprs of client errors.
+    """No engine vocabulary, no reprs of client errors (docs/contract.md, "Errors").
 
     ``echoed`` is an ID the caller passed in: the message must name it, and what the caller
     wrote is not the engine's vocabulary.

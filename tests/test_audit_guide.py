@@ -8,6 +8,11 @@ Every ``nats-scheduler`` command is run (as the read-only ``auditor``) and its J
 checked the same way. The ``nats`` CLI itself is not installable here, so the reads it would
 do are done with nats-py as the same user.
 
+Every command must also return when nothing matches (a quiet day): each ``nats sub`` carries
+``--wait``, because ``--terminate-at-end`` only stops at a matching message, and every
+``nats-scheduler`` command is run once more for a deployment and a Run that do not exist.
+The ``Nats-Msg-Id`` the guide shows for a scheduled Run is read back from the store.
+
 The store is filled by one scenario that produces every kind of event the guide asks about:
 a due time fired after a failed attempt, a hold and its release, a Run now, a Run that
 failed for good, a Replay being dispatched right now (so it holds a lease), a changed and a
@@ -28,14 +33,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import nats.errors
 import pytest
 from nats.aio.client import Client
-from nats.js.api import DeliverPolicy
+from nats.js.api import DeliverPolicy, RawStreamMsg
 
 from nats_scheduler.admin.reader import last_per_subject
+from nats_scheduler.cli.common import EXIT_NOT_FOUND, EXIT_OK
 from nats_scheduler.cli.main import main as cli_main
 from nats_scheduler.core.events import RunEventType, ScheduleEventType
-from nats_scheduler.names import Names, token
+from nats_scheduler.names import HDR_MSG_ID, Names, token
 from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.seam import EnqueueRequest, RunPayload, RunState, Schedule, Trigger
 from nats_scheduler.testing.handler import RecordingRunHandler
@@ -163,6 +170,8 @@ class Scenario:
     server: NatsServer
     run_id: str
     """The Replay being dispatched right now (it holds a lease)."""
+    scheduled_run_id: str
+    """The Run of the due time 2031-01-01T01:00Z of ``DEP``."""
 
 
 @pytest.fixture
@@ -200,14 +209,18 @@ async def scenario(tmp_path: Path) -> AsyncIterator[Scenario]:
                                           RunPayload("agent:reporter", "Summarise"), 2))
             await provider.delete("team.a/report")
             try:
-                yield Scenario(server, replay.run_id)
+                yield Scenario(server, replay.run_id, fired.run_id)
             finally:
                 gate.release()
 
 
-async def stored(nc: Client, stream: str, subject: str, *, last_per_subject_only: bool = False
-                 ) -> list[dict[str, Any]]:
-    """The JSON of every stored message of ``stream`` matching ``subject`` (oldest first)."""
+async def stored(nc: Client, stream: str, subject: str, *, last_per_subject_only: bool = False,
+                 idle: float = 2.0) -> list[dict[str, Any]]:
+    """The JSON of every stored message of ``stream`` matching ``subject`` (oldest first).
+
+    Like ``nats sub --terminate-at-end --wait``: stops at the last message, or after ``idle``
+    seconds without one when nothing matches.
+    """
     if last_per_subject_only:
         items = await last_per_subject(nc, stream, subject)
         return [json.loads(i.data) for i in items]
@@ -217,12 +230,20 @@ async def stored(nc: Client, stream: str, subject: str, *, last_per_subject_only
     found = []
     try:
         while True:
-            msg = await sub.next_msg(2.0)
+            try:
+                msg = await sub.next_msg(idle)
+            except nats.errors.TimeoutError:
+                return found
             found.append(json.loads(msg.data))
             if msg.metadata.num_pending == 0:
                 return found
     finally:
         await sub.unsubscribe()
+
+
+async def first_of(nc: Client, stream: str, subject: str) -> RawStreamMsg:
+    """The first stored message of ``subject`` (wildcards allowed), from the stream leader."""
+    return await nc.jetstream(timeout=2.0).get_msg(stream, seq=1, subject=subject, next=True)
 
 
 # =========================================================================== running the guide
@@ -248,6 +269,12 @@ async def check_nats(nc: Client, argv: list[str], program: str | None) -> None:
             stream, subject = argv[3], argv[argv.index("--last-for") + 1]
             msg = await js.get_last_msg(stream, subject)
             check_jq(program, [json.loads(msg.data)], where)
+        case ["sub", _] if "--headers-only" in argv:
+            stream, subject = argv[argv.index("--stream") + 1], argv[-1]
+            assert argv[argv.index("--count") + 1] == "1" and "--all" in argv, where
+            msg = await first_of(nc, stream, subject)
+            assert json.loads(msg.data)["type"] == "run.created", where
+            assert (msg.headers or {}).get(HDR_MSG_ID), where
         case ["sub", _]:
             stream, subject = argv[argv.index("--stream") + 1], argv[-1]
             assert "--terminate-at-end" in argv and "--raw" in argv, where
@@ -296,7 +323,36 @@ def test_the_guide_names_what_is_stored() -> None:
         assert f"`{name}`" in text, name
     assert {t for t in TAGS if f"`{t}`" in text} == TAGS
     assert token("team.a/report") == "team%2Ea%2Freport" and "`team%2Ea%2Freport`" in text
-    assert len(checked_commands()) >= 18
+    assert len(checked_commands()) >= 19
+
+
+WAIT = re.compile(r"^\d+(ms|s|m|h)$")
+
+
+def test_every_read_of_the_guide_returns_when_nothing_matches() -> None:
+    """A quiet day must not hang a command: ``nats sub`` needs ``--wait`` to end empty-handed.
+
+    ``--terminate-at-end`` and ``--count`` stop only at a message; with none they would wait
+    for new events forever. The other ``nats`` commands are single requests, and
+    ``nats stream view`` gives up after its pager's timeout.
+    """
+    nats_commands = [c for c in checked_commands() if c.startswith("nats ")]
+    assert nats_commands
+    for command in nats_commands:
+        argv, _ = split_pipeline(command)
+        assert argv[1:3] in (["stream", "subjects"], ["stream", "view"], ["stream", "get"],
+                             ["kv", "get"], ["kv", "ls"]) or argv[1] == "sub", command
+        if argv[1] == "sub":
+            assert "--wait" in argv and WAIT.match(argv[argv.index("--wait") + 1]), command
+            assert "--terminate-at-end" in argv or "--count" in argv, command
+
+
+def test_the_guide_shows_the_msg_id_format_of_a_scheduled_run() -> None:
+    text = DOC.read_text("utf-8")
+    assert "Nats-Msg-Id: <deployment>@<due time in UTC, YYYY-MM-DDTHH:MMZ>" in text
+    assert "Nats-Expected-Last-Subject-Sequence: 0" in text
+    assert f"`{token('team.a/report')}@2031-01-01T01:00Z`" in text
+    assert "tests/test_msg_id.py" in text
 
 
 async def test_every_command_of_the_guide_answers_from_the_store(
@@ -317,6 +373,31 @@ async def test_every_command_of_the_guide_answers_from_the_store(
             else:
                 argv, program = split_pipeline(fill(command, scenario, encoded=True))
                 await check_nats(nc, argv, program)
+        # The Msg-Id the guide shows is the one the scenario's due time was stored with.
+        (example,) = re.findall(r"`Nats-Msg-Id: ([^`<]+)`", DOC.read_text("utf-8"))
+        created = await first_of(nc, NAMES.runs_stream,
+                                 NAMES.run_subject(DEP, scenario.scheduled_run_id))
+        assert (created.headers or {}).get(HDR_MSG_ID) == example
     finally:
         await nc.close()
     assert violations(scenario.server, "auditor") == []  # all of it is the auditor's to read
+
+
+async def test_every_cli_command_of_the_guide_returns_when_nothing_matches(
+    auditor_env: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """On an empty store (no deployment, no Run) each command ends, found or not found."""
+    with prod_server(tmp_path / "nats") as server:
+        async with scheduler_with_service(server, handler=RecordingRunHandler()):
+            monkeypatch.setenv("ASTRABOX_NATS_URL", server.url)
+            for command in checked_commands():
+                if not command.startswith("nats-scheduler"):
+                    continue
+                quiet = command.replace("$DEP", "quiet-day").replace("$RUN", "no-such-run")
+                argv, _ = split_pipeline(quiet)
+                code, output = await asyncio.wait_for(asyncio.to_thread(run_cli, argv[1:]),
+                                                      30)
+                # answered: found nothing (0), or said "not found" for one named thing (3)
+                assert code in (EXIT_OK, EXIT_NOT_FOUND), (command, code, output)
+                if argv[1] == "events":
+                    assert output == "", command  # nothing happened: nothing printed

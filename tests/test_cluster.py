@@ -2,7 +2,7 @@
 
 Killing the Runs' stream leader (SIGKILL) in the middle of a burst must lose no Run and
 duplicate none: acknowledged writes survive on the other two nodes, the store's retries ride
-out the election (NATS-FACTS.md: publishes stop for 4.5-8 s, so ``store_retry_seconds`` is
+out the election (docs/design.md: publishes stop for 4.5-8 s, so ``store_retry_seconds`` is
 15 here), and a provider whose only known server died reconnects to the others by itself.
 ``SchedulerUnavailable`` is for when no quorum exists, and only then: with two nodes down
 the provider says so within its retry budget, and works again, without a restart, once a

@@ -1,4 +1,4 @@
-"""The provider-neutral contract suite, bound to the nats provider the way the guide shows.
+"""The provider-neutral contract suite, bound to the nats provider (docs/contract.md).
 
 Each test gets a fresh store: a private prefix (its own streams and lease table) on the
 session's real nats-server.

@@ -1,4 +1,4 @@
-"""Provider selection through the entry point, exactly as the seed describes it."""
+"""Provider selection through the entry point, as docs/contract.md ("Packaging") describes it."""
 
 from __future__ import annotations
 

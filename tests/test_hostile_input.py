@@ -53,7 +53,7 @@ IDS = itertools.count()
 
 
 def check_message(message: str) -> None:
-    """Clean (SEAM.md), printable and bounded; what the caller sent may be echoed in quotes."""
+    """Clean (docs/contract.md), printable and bounded; what the caller sent may be quoted."""
     assert message and len(message) < 2000, message
     assert all(unicodedata.category(c) not in ("Cc", "Cs") for c in message), repr(message)
     assert_clean(re.sub(r"'[^']*'|\"[^\"]*\"", "''", message))

@@ -1,4 +1,4 @@
-"""The walkthrough the provider guide ends with, with real processes.
+"""The end-to-end walkthrough of docs/contract.md ("The contract suite"), with real processes.
 
 A nats-server, two dev-host replicas (separate OS processes, each running the provider and
 the admin service, sharing the Deployment database), the dev host's CLI for what AstraBox's

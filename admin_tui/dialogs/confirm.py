@@ -2,7 +2,7 @@
 
 It returns the reason (``""`` when optional and left empty) or None when cancelled. A
 required reason keeps the confirm button disabled until something is typed: the audit
-trail always says why (DESIGN.md point 7).
+trail always says why (docs/design.md, "Operator hold").
 """
 
 from __future__ import annotations

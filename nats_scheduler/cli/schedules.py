@@ -1,9 +1,9 @@
 """``schedules``, ``hold`` and ``release``: Schedules and operator holds.
 
-A hold (DESIGN.md point 7) stops a Schedule firing until released; AstraBox's ``apply``
-never clears it. Both need ``--reason``; who asked (``--by``, default ``user@host``) and
-when are recorded in the Schedule's events. ``--filter`` acts on every Schedule whose ID or
-name contains the text (case-insensitive); an empty filter is refused.
+A hold (docs/design.md, "Operator hold") stops a Schedule firing until released;
+AstraBox's ``apply`` never clears it. Both need ``--reason``; who asked (``--by``, default
+``user@host``) and when are recorded in the Schedule's events. ``--filter`` acts on every
+Schedule whose ID or name contains the text (case-insensitive); an empty filter is refused.
 """
 
 from __future__ import annotations

@@ -1,53 +1,20 @@
 """The cron calendar: which instants are due times of a Schedule, and nothing else.
 
-Every replica of the provider must compute exactly the same due times for a Schedule, or two
-replicas would fire different Runs for it. This module is therefore small, pure and exact:
+Every replica computes the due times of every Schedule on its own, so they must all get
+exactly the same answer: this module is pure (no clock, no I/O beyond reading zone data)
+and exact. It parses five-field cron (numbers, names, ranges, steps, lists, ``*``, the
+``@daily``-style aliases) with classic day matching: when neither day field starts with
+``*`` a day is due if either matches. Anything else is an :class:`InvalidSchedule` whose
+message names the field.
 
-* **Parsing** is our own (:func:`_parse`, cached per expression). Five fields (minute hour
-  day-of-month month day-of-week), numbers, names (JAN..DEC, SUN..SAT, any case), ranges
-  ``a-b``, steps ``*/n`` and ``a-b/n``, lists and ``*``; day-of-week 0-7 with 0 and 7 both
-  Sunday; the aliases @hourly @daily @midnight @weekly @monthly @yearly @annually.
-  Everything else (seconds fields, @reboot, ``L``, ``W``, ``#``, ``?``, ``H``, ``5/10``
-  without a range, empty list entries, reversed ranges, step 0, out-of-range values) is an
-  :class:`InvalidSchedule` whose message names the field and is fit for an API response.
-* **Day matching** is classic (Vixie) cron: when neither day field starts with ``*`` a day
-  matches if EITHER matches; otherwise both must match, and a ``*``-field such as ``*/2``
-  is an ordinary set constraint.
-* **Time zones** follow ISC/Vixie cron's DST rules. A job is *interval-like* when its minute
-  or hour field starts with ``*``, otherwise *wall-clock*. Every whole UTC minute whose local
-  wall time matches is due, except: in a gap (clocks jump forward) an interval-like job has
-  no due times, while a wall-clock job whose matching wall times of that day fall into the
-  gap fires once, at the first instant after the gap; in a fold (a wall time occurs twice) a
-  wall-clock job fires at the first occurrence only and an interval-like job at both.
+DST, as Vixie/ISC cron: a *wall-clock* job (minute and hour fields not starting with ``*``)
+whose time falls in a gap fires once at the first instant after it, and in a fold only at
+the first occurrence; an *interval-like* job has no due time in a gap and fires at both
+passes of a fold.
 
-How it is computed: the UTC time line of a zone is cut into *segments* of constant offset
-(:func:`_segments`). Within a segment wall time and UTC are a fixed distance apart, so the
-due times are the matching wall minutes (:func:`_walls`, which jumps over whole months, days
-and hours using the parsed sets and never walks minute by minute) shifted by the offset; the
-gap and fold rules only look at the transition that starts a segment. Offsets come from
-:mod:`zoneinfo`; transitions are found by probing the offset every six hours and bisecting
-to the second (tzdata 2026.6 has no two offset changes of one zone closer than two days
-apart, in its whole history), cached per zone and year.
-
-Zones are loaded from the pinned ``tzdata`` package, never from the operating system's tz
-database (:func:`load_zone`): ``zoneinfo.ZoneInfo`` searches the system database first, and
-two hosts with different tz releases would compute different due times for the same
-Schedule. A time zone must be one of the names listed by ``tzdata`` (IANA names, exact
-case), so paths, ``localtime`` and other strings are rejected before any file is opened.
-
-croniter (a project dependency) is NOT used here, for parsing or iteration. It was
-evaluated (7.0.0) and disagrees with the rules above in ways that would each be a wrong Run
-in production; ``tests/test_calendar.py`` (``test_croniter_*``) pins every case found, so a
-later croniter can be re-checked. It fires wall-clock jobs at both passes of a fold; moves
-an interval-like job's gap minutes (``*/15 2 * * *``) to the first instant after the gap;
-drops part of an interval-like job's second pass in folds that are not whole hours
-(Chatham, Lord Howe); treats ``*/n`` in a day field as restricted, so the day fields are
-ORed; reads a one-value range (``5-5``, ``FRI-5``, ``7-7``) as ``*``; accepts ``5/10``,
-reversed ranges, ``L``, ``W``, ``#``, ``?``, seconds and year fields; raises instead of
-answering "never" for ``0 0 30 2 *``; and words its errors in its own terms. Correcting all
-of that around its iterator would take more code than the parser and iterator here, and
-be slower. What croniter gets right (Feb 29, day 31, 7 as Sunday, the OR rule for plain
-day fields, names, wall-clock jobs in gaps) is covered by the same tests.
+Zones come from the pinned ``tzdata`` package, never the system's tz database, so two hosts
+with different tz releases cannot disagree (:func:`load_zone`). The rules with examples,
+how due times are computed, and why croniter is not used: docs/calendar.md.
 """
 
 from __future__ import annotations

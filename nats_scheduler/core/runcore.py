@@ -1,8 +1,12 @@
-"""The functional core of a Run: commands return events, ``evolve`` folds them.
+"""The functional core of a Run: commands return events; ``evolve`` checks a history.
 
 No I/O here. The dispatcher decides what happens next with these functions and the store
-appends the event they return; readers fold with :func:`evolve`. Every function takes the
-current record and ``now`` explicitly, so tests run them without a server or a clock.
+appends the event they return. Every event carries the Run's whole state after it, so
+readers (the ledger projection, the admin views) take that state as given and never fold.
+:func:`evolve` is for whoever must verify a history rather than trust it: it replays each
+event's command on the state before it and rejects an event whose state does not follow
+(``tests/test_runcore.py``). Every function takes the current record and ``now``
+explicitly, so tests run them without a server or a clock.
 
 Life of a Run (docs/architecture.md has the diagram)::
 
@@ -167,10 +171,12 @@ def released(record: RunRecord, *, reason: str, now: datetime, actor: str) -> Ru
 
 
 def evolve(record: RunRecord | None, event: RunEventType) -> RunRecord:
-    """Fold one event into the Run's state, rejecting impossible transitions.
+    """Check one event against the Run's state before it; return the state after it.
 
     The event carries the state after it; ``evolve`` checks that this state is what the
-    command for that event type would have produced from ``record``.
+    command for that event type would have produced from ``record``, so a forged or
+    out-of-order event raises :class:`TransitionError`. Projections do not call this: they
+    trust the stored state (the single-writer rule already ordered the events).
     """
     if isinstance(event, RunCreated):
         if record is not None:

@@ -31,7 +31,7 @@ def _definition_equal(record: ScheduleRecord, schedule: Schedule) -> bool:
 def decide_apply(
     current: ScheduleRecord | None, schedule: Schedule, *, now: datetime, actor: str
 ) -> ScheduleApplied | None:
-    """Create or replace, honouring version ordering (SEAM.md ``Schedule.version``).
+    """Create or replace, honouring version ordering (``Schedule.version``, docs/contract.md).
 
     Version 0 always replaces (last writer wins). Above 0, only a higher version replaces a
     stored one; lower is ignored and equal is a no-op. An identical definition writes nothing.

@@ -1,4 +1,4 @@
-"""Load the scheduler provider the way AstraBox does (the seed's "Package the provider").
+"""Load the scheduler provider the way AstraBox does (docs/contract.md, "Packaging").
 
 ``ASTRABOX_SCHEDULER_PROVIDER`` names an entry point of the ``astrabox.providers.scheduler``
 group; ``none`` is reserved for running without scheduled Deployments. Refused at startup,
