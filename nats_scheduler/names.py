@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 # Header names, grouped by the ADR that defines them (see nats.js.api.Header).
-# ADR-31/JetStream publish: de-duplication and optimistic concurrency.
+# JetStream publish: de-duplication and optimistic concurrency.
 HDR_MSG_ID = "Nats-Msg-Id"
 HDR_EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
 
@@ -92,10 +92,10 @@ def random_run_id() -> str:
 
 
 # ------------------------------------------------------------------------- Msg-Ids
-# Every append carries a Nats-Msg-Id. For a create it identifies the Run, so a resend after
-# a lost acknowledgement is recognised as the sender's own success (docs/design.md, "the
-# retry trap"); for later events it names the writer's decision (subject, expected sequence,
-# a nonce), so two decisions are never mistaken for one.
+# Every append carries a Nats-Msg-Id. For a create it identifies the Run, so a resend after a
+# lost acknowledgement is recognised as the sender's own success (docs/design.md, "Error 10071
+# and the resend trap"); for later events it names the writer's decision (subject, expected
+# sequence, a nonce), so two decisions are never mistaken for one.
 
 
 def scheduled_create_msg_id(deployment_id: str, due_at: datetime) -> str:

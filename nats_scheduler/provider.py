@@ -175,7 +175,7 @@ class NatsSchedulerProvider:
         self._running = await Runtime.connect(
             url_settings, ledger=self._ledger, table=self._table, clock=self._clock,
             identity=self._identity)
-        self._running.start_loops(handler, settings)
+        self._running.start_loops(handler, settings, self.fire_due)
         self._started = True
         log.info("%s (identity %s)", self.describe(), self._identity)
 
@@ -276,7 +276,7 @@ class NatsSchedulerProvider:
     # ------------------------------------------------------------------ Runs
 
     async def fire_due(self, deployment_id: str, due_at: datetime) -> Run | None:
-        """Store the Run of one due time, as the ticker does (see :mod:`runtime.firing`)."""
+        """Store the Run of one due time: the ticker's single code path (:mod:`runtime.firing`)."""
         running = self._require_started()
         record = await running.firing.fire_due(deployment_id, due_at)
         return None if record is None else record.to_run()

@@ -19,7 +19,7 @@ from nats_scheduler import NatsSchedulerProvider
 from nats_scheduler.clock import ManualClock
 from nats_scheduler.names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_MSG_ID, token
 from nats_scheduler.seam import EnqueueRequest, Run, RunPayload, Schedule, Trigger
-from nats_scheduler.testing.servers import unique_prefix
+from tests.harness.servers import unique_prefix
 from tests.providers import eventually, running
 
 pytestmark = pytest.mark.anyio

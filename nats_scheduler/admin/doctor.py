@@ -5,8 +5,8 @@ conditional-publish fixes (2.12.3+), JetStream, the streams and bucket set up as
 provider needs them, replicas on a cluster, ``sync_interval: always``, least-privilege
 users and replica clocks that agree. :func:`run_doctor` checks each and says what to do.
 
-The doctor talks to operators of NATS, so unlike the provider's errors (SEAM.md) its
-messages use NATS words: they must name the setting to change.
+The doctor talks to operators of NATS, so unlike the provider's errors (docs/contract.md,
+"Errors") its messages use NATS words: they must name the setting to change.
 
 Every check is split into a small pure *decision* (``*_check`` functions, tested with
 plain dicts) and the I/O that gathers its inputs (:func:`run_doctor`).

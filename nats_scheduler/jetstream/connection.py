@@ -21,7 +21,8 @@ from ..settings import NatsSettings
 from . import errors
 
 MIN_SERVER_VERSION = (2, 12, 3)
-"""Conditional publishes had clustered-correctness fixes up to 2.12.3 (DESIGN.md)."""
+"""Conditional publishes had clustered-correctness fixes up to 2.12.3 (docs/design.md,
+"Minimum server version")."""
 
 def parse_version(text: str) -> tuple[int, int, int]:
     """``"2.15.1"`` or ``"v2.12.3-beta"`` -> (2, 15, 1); unknown -> (0, 0, 0)."""
@@ -54,8 +55,9 @@ def connect_options(settings: NatsSettings, name: str) -> dict[str, object]:
         "name": name,
         "connect_timeout": min(settings.connect_timeout, 2.0),
         "error_cb": quiet,
-        # Fail fast on the FIRST connect (nats-py would otherwise retry for ~2 minutes,
-        # NATS-FACTS.md); :func:`connect` switches to unlimited reconnects afterwards.
+        # Fail fast on the FIRST connect (nats-py would otherwise retry for ~2
+        # minutes, docs/design.md, "The first-connect retry trap"); :func:`connect`
+        # switches to unlimited reconnects afterwards.
         "allow_reconnect": True,
         "max_reconnect_attempts": 1,
         "reconnect_time_wait": 0.1,

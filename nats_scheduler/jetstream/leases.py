@@ -8,8 +8,8 @@ same CAS, so exactly one of several sweepers wins.
 
 The lease only decides who *tries*; it is not what makes a lost holder harmless. That is the
 Run's own subject: a new holder appends ``run.claimed`` conditionally on the subject's last
-sequence, after which every append of the old holder fails (docs/design.md, "single writer
-per Run").
+sequence, after which every append of the old holder fails (docs/design.md, "A single
+writer per Run").
 
 Expiry compares the holder's written ``expires_at`` with the reader's clock, so replicas'
 clocks must agree to well within the lease length (docs/architecture.md).

@@ -8,8 +8,9 @@ Appends are conditional on the subject's last sequence
 (``Nats-Expected-Last-Subject-Sequence``). That header is the uniqueness constraint of a Run
 (expected ``0`` on the Run's own subject) and the single-writer rule of every later event.
 Each append also carries a ``Nats-Msg-Id``: after a lost acknowledgement, the resent message
-gets error 10071 rather than ``duplicate`` (docs/design.md, "the retry trap"), so on 10071 the
-store reads the subject's last message and treats a matching ID as its own success.
+gets error 10071 rather than ``duplicate`` (docs/design.md, "Error 10071 and the resend
+trap"), so on 10071 the store reads the subject's last message and treats a matching ID as
+its own success.
 """
 
 from __future__ import annotations

@@ -307,7 +307,7 @@ class Dispatcher:
         a CAS renewal first, so once another process took the lease it writes nothing more.
         Whatever could slip between that check and the write is refused by the Run's
         sequence as soon as the new holder's ``run.claimed`` is stored (docs/design.md,
-        "single writer per Run").
+        "A single writer per Run").
         """
         if holding.lost:
             raise _LostRun()

@@ -2,7 +2,7 @@
 
 It keeps one heap entry per active Schedule (its next due time) and sleeps until the earliest
 one or until a Schedule changes, so its cost is O(log n) per due time, never a scan of all
-Schedules. Rules (docs/contract.md, "Due times"; docs/design.md, "Firing"):
+Schedules. Rules (docs/contract.md, "The guarantees"; docs/design.md, "Firing"):
 
 - No backfill: a Schedule's first due time is computed from the moment this process starts,
   or the moment the Schedule became active again. Times that passed while no process ran or

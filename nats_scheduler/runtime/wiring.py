@@ -27,7 +27,7 @@ from ..seam import RunHandler, SchedulerUnavailable
 from ..settings import NatsSettings
 from .dispatcher import Dispatcher
 from .firing import Firing
-from .ticker import Ticker
+from .ticker import Fire, Ticker
 
 
 class Runtime:
@@ -90,8 +90,12 @@ class Runtime:
                 "the scheduler store is unavailable: loading the Schedules and Runs timed out"
             ) from exc
 
-    def start_loops(self, handler: RunHandler, settings: NatsSettings) -> None:
-        """Start the dispatcher's recovery sweep and the ticker (firing every due time)."""
+    def start_loops(self, handler: RunHandler, settings: NatsSettings, fire: Fire) -> None:
+        """Start the dispatcher's recovery sweep and the ticker, which fires through ``fire``.
+
+        ``fire`` is the provider's ``fire_due``: one code path for every due time, whether the
+        ticker or a test fires it.
+        """
         dispatcher = Dispatcher(
             runlog=self.runs,
             ledger=self.ledger,
@@ -105,7 +109,7 @@ class Runtime:
             claim_grace=min(1.0, settings.lease_seconds),
             gate=self.firing,
         )
-        ticker = Ticker(self._clock, self.firing.fire_due)
+        ticker = Ticker(self._clock, fire)
         for record in self.table.all():
             ticker.update(record)
         self.table.subscribe(ticker.update)
