@@ -168,7 +168,7 @@ class _ReadGate:
 
     def __init__(self, provider: NatsSchedulerProvider) -> None:
         assert provider.firing is not None
-        self._read = provider.firing._schedules.read
+        self._read = provider.firing.schedules.read
         self.reads = 0
         self.reached = asyncio.Event()
         self.release = asyncio.Event()
@@ -193,7 +193,7 @@ async def test_a_create_decided_on_an_aged_schedule_read_is_never_sent(
         await pausing.apply(schedule("aged"))
         gate = _ReadGate(firing)
         assert firing.firing is not None
-        monkeypatch.setattr(firing.firing._schedules, "read", gate)
+        monkeypatch.setattr(firing.firing.schedules, "read", gate)
         fire = asyncio.create_task(firing.fire_due("aged", FAR))
         await asyncio.wait_for(gate.reached.wait(), 10)
         # The firing replica read "enabled"; now the Schedule is paused elsewhere ...

@@ -29,27 +29,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from ..clock import Clock
 from ..core.events import AnyEvent, decode_event
 from ..names import Names
-from .api import (
-    AdminError,
-    BulkAction,
-    BulkResult,
-    ClusterStatus,
-    ErrorAnswer,
-    ErrorCode,
-    Health,
-    OperatorAction,
-    ReplayRequest,
-    RunList,
-    RunListRequest,
-    RunNowRequest,
-    RunRef,
-    RunView,
-    ScheduleDetail,
-    ScheduleList,
-    ScheduleListRequest,
-    ScheduleRef,
-    ScheduleView,
-)
+from . import api
 from .health import HealthPolicy
 from .permissions import Probe, ViolationLog
 from .reader import StoreReader, guarded
@@ -113,12 +93,12 @@ class AdminClient:
             raise _NoService("no scheduler process is running") from exc
         except nats.errors.TimeoutError as exc:
             if self._violations.refused_since(mark, "publish", subject):
-                raise AdminError(ErrorCode.FORBIDDEN,
+                raise api.AdminError(api.ErrorCode.FORBIDDEN,
                                  f"the connected user may not send this request ({endpoint})"
                                  ) from exc
             raise _NoService(f"no scheduler process answered within {wait:g} s") from exc
         except (nats.errors.Error, OSError) as exc:
-            raise AdminError(ErrorCode.UNAVAILABLE,
+            raise api.AdminError(api.ErrorCode.UNAVAILABLE,
                              "the connection to the scheduler's server is not usable") from exc
         return _decode_answer(msg, answer)
 
@@ -138,8 +118,8 @@ class AdminClient:
         try:
             return await self._call(endpoint, request, answer)
         except _NoService as exc:
-            raise AdminError(
-                ErrorCode.UNAVAILABLE,
+            raise api.AdminError(
+                api.ErrorCode.UNAVAILABLE,
                 f"{exc}; actions need a running scheduler process (Runs and history can "
                 "still be read)",
             ) from None
@@ -147,67 +127,67 @@ class AdminClient:
     # ------------------------------------------------------------------ Schedules
 
     async def list_schedules(self, filter: str | None = None, *,
-                             include_deleted: bool = False) -> list[ScheduleView]:
-        request = ScheduleListRequest(filter=filter, include_deleted=include_deleted)
+                             include_deleted: bool = False) -> list[api.ScheduleView]:
+        request = api.ScheduleListRequest(filter=filter, include_deleted=include_deleted)
         listed = await self._read(
-            "schedules.list", request, ScheduleList,
+            "schedules.list", request, api.ScheduleList,
             lambda: _wrap_list(self.reader.list_schedules(filter,
                                                           include_deleted=include_deleted)))
         return listed.schedules
 
-    async def get_schedule(self, deployment_id: str) -> ScheduleDetail:
-        return await self._read("schedules.get", ScheduleRef(deployment_id=deployment_id),
-                                ScheduleDetail, lambda: self.reader.get_schedule(deployment_id))
+    async def get_schedule(self, deployment_id: str) -> api.ScheduleDetail:
+        return await self._read("schedules.get", api.ScheduleRef(deployment_id=deployment_id),
+                                api.ScheduleDetail, lambda: self.reader.get_schedule(deployment_id))
 
-    async def hold(self, deployment_id: str, *, by: str, reason: str) -> ScheduleView:
-        return await self._act("schedules.hold", OperatorAction(
-            deployment_id=deployment_id, by=by, reason=reason), ScheduleView)
+    async def hold(self, deployment_id: str, *, by: str, reason: str) -> api.ScheduleView:
+        return await self._act("schedules.hold", api.OperatorAction(
+            deployment_id=deployment_id, by=by, reason=reason), api.ScheduleView)
 
-    async def release(self, deployment_id: str, *, by: str, reason: str) -> ScheduleView:
-        return await self._act("schedules.release", OperatorAction(
-            deployment_id=deployment_id, by=by, reason=reason), ScheduleView)
+    async def release(self, deployment_id: str, *, by: str, reason: str) -> api.ScheduleView:
+        return await self._act("schedules.release", api.OperatorAction(
+            deployment_id=deployment_id, by=by, reason=reason), api.ScheduleView)
 
-    async def hold_bulk(self, filter: str, *, by: str, reason: str) -> BulkResult:
+    async def hold_bulk(self, filter: str, *, by: str, reason: str) -> api.BulkResult:
         return await self._act("schedules.hold_bulk",
-                               BulkAction(filter=filter, by=by, reason=reason), BulkResult)
+                               api.BulkAction(filter=filter, by=by, reason=reason), api.BulkResult)
 
-    async def release_bulk(self, filter: str, *, by: str, reason: str) -> BulkResult:
+    async def release_bulk(self, filter: str, *, by: str, reason: str) -> api.BulkResult:
         return await self._act("schedules.release_bulk",
-                               BulkAction(filter=filter, by=by, reason=reason), BulkResult)
+                               api.BulkAction(filter=filter, by=by, reason=reason), api.BulkResult)
 
     # ------------------------------------------------------------------ Runs
 
     async def list_runs(self, deployment_id: str, *, limit: int = 50,
-                        before: str | None = None) -> RunList:
-        request = RunListRequest(deployment_id=deployment_id, limit=limit, before=before)
+                        before: str | None = None) -> api.RunList:
+        request = api.RunListRequest(deployment_id=deployment_id, limit=limit, before=before)
         return await self._read(
-            "runs.list", request, RunList,
+            "runs.list", request, api.RunList,
             lambda: self.reader.list_runs(deployment_id, limit=limit, before=before))
 
-    async def get_run(self, run_id: str) -> RunView:
-        return await self._read("runs.get", RunRef(run_id=run_id), RunView,
+    async def get_run(self, run_id: str) -> api.RunView:
+        return await self._read("runs.get", api.RunRef(run_id=run_id), api.RunView,
                                 lambda: self.reader.get_run(run_id))
 
     async def run_now(self, deployment_id: str, *, by: str, reason: str | None = None,
-                      request_id: str | None = None) -> RunView:
-        return await self._act("runs.run_now", RunNowRequest(
+                      request_id: str | None = None) -> api.RunView:
+        return await self._act("runs.run_now", api.RunNowRequest(
             deployment_id=deployment_id, by=by, reason=reason,
-            request_id=request_id or uuid.uuid4().hex), RunView)
+            request_id=request_id or uuid.uuid4().hex), api.RunView)
 
     async def replay(self, run_id: str, *, by: str, reason: str | None = None,
-                     request_id: str | None = None) -> RunView:
-        return await self._act("runs.replay", ReplayRequest(
+                     request_id: str | None = None) -> api.RunView:
+        return await self._act("runs.replay", api.ReplayRequest(
             run_id=run_id, by=by, reason=reason,
-            request_id=request_id or uuid.uuid4().hex), RunView)
+            request_id=request_id or uuid.uuid4().hex), api.RunView)
 
     # ------------------------------------------------------------------ cluster
 
-    async def cluster_status(self) -> ClusterStatus:
-        return await self._read("cluster.status", None, ClusterStatus,
+    async def cluster_status(self) -> api.ClusterStatus:
+        return await self._read("cluster.status", None, api.ClusterStatus,
                                 lambda: self.reader.cluster_status(replica_timeout=0.3))
 
-    async def health(self) -> Health:
-        return await self._read("health", None, Health, self.reader.health)
+    async def health(self) -> api.Health:
+        return await self._read("health", None, api.Health, self.reader.health)
 
     async def can_act(self) -> tuple[bool, str | None]:
         """Whether this user may request actions, and a running process would take them.
@@ -227,11 +207,14 @@ class AdminClient:
             return False, ("the connected user may not request actions "
                            "(hold, release, Run now, Replay)")
         try:
-            await self._call("schedules.hold", None, ScheduleView, timeout=min(self.timeout, 2.0))
+            await self._call("schedules.hold", None, api.ScheduleView,
+                             timeout=min(self.timeout, 2.0))
         except _NoService as exc:
             return False, f"{exc}: actions need a running scheduler process"
-        except AdminError as exc:
-            return (True, None) if exc.code == ErrorCode.INVALID_REQUEST else (False, exc.message)
+        except api.AdminError as exc:
+            if exc.code == api.ErrorCode.INVALID_REQUEST:
+                return True, None
+            return False, exc.message
         return True, None
 
     # ------------------------------------------------------------------ events
@@ -254,8 +237,8 @@ class AdminClient:
             await feed.close()
 
 
-async def _wrap_list(views: Awaitable[list[ScheduleView]]) -> ScheduleList:
-    return ScheduleList(schedules=await views)
+async def _wrap_list(views: Awaitable[list[api.ScheduleView]]) -> api.ScheduleList:
+    return api.ScheduleList(schedules=await views)
 
 
 def _decode_answer(msg: Msg, answer: type[A]) -> A:
@@ -264,15 +247,15 @@ def _decode_answer(msg: Msg, answer: type[A]) -> A:
         raise _NoService("no scheduler process is running")
     if "Nats-Service-Error-Code" in headers or msg.data.startswith(b'{"error"'):
         try:
-            error = msgspec.json.decode(msg.data, type=ErrorAnswer).error
+            error = msgspec.json.decode(msg.data, type=api.ErrorAnswer).error
         except (msgspec.ValidationError, msgspec.DecodeError):
-            raise AdminError(ErrorCode.INTERNAL,
+            raise api.AdminError(api.ErrorCode.INTERNAL,
                              headers.get("Nats-Service-Error") or "the scheduler failed") from None
-        raise AdminError(error.code, error.message)
+        raise api.AdminError(error.code, error.message)
     try:
         return msgspec.json.decode(msg.data, type=answer)
     except (msgspec.ValidationError, msgspec.DecodeError):
-        raise AdminError(ErrorCode.INTERNAL,
+        raise api.AdminError(api.ErrorCode.INTERNAL,
                          "the scheduler sent an answer this client cannot read "
                          "(are both the same version?)") from None
 

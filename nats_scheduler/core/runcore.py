@@ -210,18 +210,16 @@ def _replay(record: RunRecord, event: RunEventType) -> RunRecord:
     raise TransitionError(f"unknown event {type(event).__name__}")
 
 
+_INVOCATION_FIELDS = tuple(f for f in RunInvocation.__struct_fields__ if f != "attempt")
+
+
 def invocation(record: RunRecord) -> RunInvocation:
-    """What the handler receives for the current attempt of ``record``."""
-    return RunInvocation(
-        run_id=record.run_id,
-        deployment_id=record.deployment_id,
-        trigger=record.trigger,
-        due_at=record.due_at,
-        payload=record.payload,
-        attempt=max(record.attempts, 1),
-        session_id=record.session_id,
-        replay_of=record.replay_of,
-    )
+    """What the handler receives for the current attempt of ``record``.
+
+    Every field but ``attempt`` is the Run's own (same names); ``attempt`` counts from 1.
+    """
+    fields = {name: getattr(record, name) for name in _INVOCATION_FIELDS}
+    return RunInvocation(**fields, attempt=max(record.attempts, 1))
 
 
 def describe_failure(exc: BaseException, *, timed_out: bool = False) -> str:

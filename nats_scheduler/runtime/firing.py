@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from ..clock import Clock
@@ -59,27 +60,21 @@ class _StaleRead(Exception):
     """The Schedule read behind a firing aged past ``FIRE_READ_MAX_AGE`` before the create."""
 
 
+@dataclass(kw_only=True, eq=False)
 class Firing:
-    """Stores the Run of each due time fired on this process, and gates their first start."""
+    """Stores the Run of each due time fired on this process, and gates their first start.
 
-    def __init__(
-        self,
-        *,
-        store: Store,
-        schedules: ScheduleLog,
-        runs: RunLog,
-        clock: Clock,
-        identity: str,
-        submit: Submit,
-    ) -> None:
-        self._store = store
-        self._schedules = schedules
-        self._runs = runs
-        self._clock = clock
-        self._identity = identity
-        self._submit = submit
-        self.stale_fires = 0
-        """Firings whose Schedule read aged before the create and was done again."""
+    ``submit`` hands each Run this process stored to the dispatcher.
+    """
+
+    store: Store
+    schedules: ScheduleLog
+    runs: RunLog
+    clock: Clock
+    identity: str
+    submit: Submit
+    stale_fires: int = field(default=0, init=False)
+    """Firings whose Schedule read aged before the create and was done again."""
 
     async def fire_due(self, deployment_id: str, due_at: datetime) -> RunRecord | None:
         """Store the Run of one due time (the ticker's single code path).
@@ -92,11 +87,11 @@ class Firing:
         if not validation.usable_id(deployment_id):
             return None
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._store.retry_seconds
+        deadline = loop.time() + self.store.retry_seconds
         delay = 0.05
         while True:
-            read_at = self._clock.now()
-            record = await self._schedules.read(deployment_id)
+            read_at = self.clock.now()
+            record = await self.schedules.read(deployment_id)
             if record is None or not record.active:
                 return None
             if not calendar.is_due_time(record.cron, record.timezone, due):
@@ -128,25 +123,25 @@ class Firing:
         the Run is left for the gate. It is sent once (no store-level retry): a retry reads
         the Schedule again first, so no create leaves on a stale read.
         """
-        now = self._clock.now()
+        now = self.clock.now()
         if fresh_only and (now - read_at).total_seconds() > FIRE_READ_MAX_AGE:
             raise _StaleRead()
-        if not self._store.connected:
+        if not self.store.connected:
             raise SchedulerUnavailable("the scheduler store is unavailable: not connected")
         deployment_id = record.deployment_id
         event = runcore.create(
             run_id=scheduled_run_id(deployment_id, due), deployment_id=deployment_id,
             trigger=Trigger.SCHEDULE, due_at=due, payload=record.payload, now=now,
-            actor=self._identity,
+            actor=self.identity,
         )
-        _, stored, created = await self._runs.create(
+        _, stored, created = await self.runs.create(
             event, msg_id=scheduled_create_msg_id(deployment_id, due), retry_seconds=0
         )
         if created:
             # Acknowledged within the bound of the read: stored within it too, so the gate
             # need not look at it.
-            age = (self._clock.now() - read_at).total_seconds()
-            self._submit(stored, age <= PAUSE_VISIBILITY_SECONDS)
+            age = (self.clock.now() - read_at).total_seconds()
+            self.submit(stored, age <= PAUSE_VISIBILITY_SECONDS)
         return stored
 
     async def may_start(self, record: RunRecord, *, vetted: bool) -> bool:
@@ -160,11 +155,11 @@ class Firing:
         if (vetted or record.trigger != Trigger.SCHEDULE or record.attempts > 0
                 or record.finished):
             return True
-        first = await self._store.next(
-            self._store.names.run_subject(record.deployment_id, record.run_id))
+        first = await self.store.next(
+            self.store.names.run_subject(record.deployment_id, record.run_id))
         if first is None or first.stored_at is None:
             return True
         if (first.stored_at - record.created_at).total_seconds() <= FIRE_READ_MAX_AGE:
             return True
-        schedule = await self._schedules.as_of(record.deployment_id, first.stored_at)
+        schedule = await self.schedules.as_of(record.deployment_id, first.stored_at)
         return schedule is None or schedule.active

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, TypedDict, Unpack
 
 from nats_scheduler.seam import RunInvocation, RunPermanentError
 
@@ -45,6 +45,17 @@ __all__ = [
 ]
 
 Method = Literal["start_session", "admit_turn"]
+
+
+class Match(TypedDict, total=False):
+    """Which calls an instruction applies to: one Run, one deployment, one method, or all.
+
+    The most specific instruction wins (a Run's over its deployment's over every call's).
+    """
+
+    run_id: str
+    deployment_id: str
+    method: Method
 """The name of a :class:`~nats_scheduler.seam.RunHandler` method."""
 
 _POLL_INTERVAL = 0.01
@@ -213,71 +224,39 @@ class RecordingRunHandler:
     # ------------------------------------------------------------------ instructions
 
     def fail_transiently(
-        self,
-        times: int,
-        *,
-        run_id: str | None = None,
-        deployment_id: str | None = None,
-        method: Method | None = None,
-        message: str = "handler unavailable",
+        self, times: int, *, message: str = "handler unavailable", **match: Unpack[Match]
     ) -> None:
         """Raise ``ConnectionError(message)`` for the next ``times`` matching calls."""
         if times < 1:
             raise ValueError("times must be >= 1")
-        self._add("transient", run_id, deployment_id, method, times, message)
+        self._add("transient", match, times, message)
 
-    def fail_forever(
-        self,
-        *,
-        run_id: str | None = None,
-        deployment_id: str | None = None,
-        method: Method | None = None,
-        message: str = "handler unavailable",
-    ) -> None:
+    def fail_forever(self, *, message: str = "handler unavailable", **match: Unpack[Match]) -> None:
         """Raise ``ConnectionError(message)`` for every matching call, so retries run out."""
-        self._add("transient", run_id, deployment_id, method, None, message)
+        self._add("transient", match, None, message)
 
     def fail_permanently(
-        self,
-        *,
-        run_id: str | None = None,
-        deployment_id: str | None = None,
-        method: Method | None = None,
-        message: str = "the deployment rejected this run",
+        self, *, message: str = "the deployment rejected this run", **match: Unpack[Match]
     ) -> None:
         """Raise ``RunPermanentError(message)`` for every matching call."""
-        self._add("permanent", run_id, deployment_id, method, None, message)
+        self._add("permanent", match, None, message)
 
-    def block(
-        self,
-        *,
-        run_id: str | None = None,
-        deployment_id: str | None = None,
-        method: Method | None = None,
-        times: int | None = None,
-    ) -> Gate:
+    def block(self, *, times: int | None = None, **match: Unpack[Match]) -> Gate:
         """Hold matching calls (at most ``times`` of them) until the returned gate is released.
 
         A released call then behaves normally (later rules, idempotent IDs).
         """
         gate = Gate(times)
-        self._add("gate", run_id, deployment_id, method, None, "", gate)
+        self._add("gate", match, None, "", gate)
         return gate
 
-    def hang(
-        self,
-        *,
-        run_id: str | None = None,
-        deployment_id: str | None = None,
-        method: Method | None = None,
-        times: int | None = None,
-    ) -> Gate:
+    def hang(self, *, times: int | None = None, **match: Unpack[Match]) -> Gate:
         """Never answer matching calls (at most ``times`` of them): only a cancel ends them.
 
         Same mechanism as :meth:`block`; the gate is returned so a test can wait for the
         call to arrive, and so :meth:`close` can still wake abandoned calls.
         """
-        return self.block(run_id=run_id, deployment_id=deployment_id, method=method, times=times)
+        return self.block(times=times, **match)
 
     def clear(self) -> None:
         """Forget every instruction; release every gate (held calls proceed normally)."""
@@ -360,14 +339,13 @@ class RecordingRunHandler:
     def _add(
         self,
         action: Literal["transient", "permanent", "gate"],
-        run_id: str | None,
-        deployment_id: str | None,
-        method: Method | None,
+        match: Match,
         remaining: int | None,
         message: str,
         gate: Gate | None = None,
     ) -> None:
-        self._rules.append(_Rule(action, run_id, deployment_id, method, remaining, message, gate))
+        self._rules.append(_Rule(action, match.get("run_id"), match.get("deployment_id"),
+                                 match.get("method"), remaining, message, gate))
 
     def _rule_for(self, method: Method, invocation: RunInvocation) -> _Rule | None:
         matching = [r for r in self._rules if r.matches(method, invocation)]
