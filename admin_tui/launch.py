@@ -17,15 +17,17 @@ import sys
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-import nats
-
 from nats_scheduler.admin.api import AdminBackend
 from nats_scheduler.admin.client import AdminClient
-from nats_scheduler.jetstream.connection import connect_options
-from nats_scheduler.seam import (
-    SchedulerConfigurationError,
-    SchedulerUnavailable,
+from nats_scheduler.admin.permissions import ViolationLog
+from nats_scheduler.jetstream.connection import (
+    ConnectFailed,
+    ConnectFailure,
+    FailureKind,
+    connect_error,
+    open_connection,
 )
+from nats_scheduler.seam import SchedulerConfigurationError
 from nats_scheduler.settings import NatsSettings, connection_flags_env
 
 from .app import AstraboxConsole
@@ -68,47 +70,48 @@ def display_target(settings: NatsSettings) -> str:
     return ", ".join(shown)
 
 
+def console_error(failure: ConnectFailure, settings: NatsSettings) -> ConnectFailed:
+    """The console's words for a failed attempt (the connect screen adds what to check)."""
+    target = display_target(settings)
+    said = {
+        FailureKind.REFUSED_CREDENTIALS: f"the server at {target} refused the credentials",
+        FailureKind.TLS_UNTRUSTED: f"the TLS certificate of the server at {target} is not "
+                                   "trusted",
+        FailureKind.TLS_REFUSED: f"the server at {target} refused the TLS connection; it may "
+                                 "require a client certificate",
+        FailureKind.UNREACHABLE: f"no server answered at {target} within "
+                                 f"{settings.connect_timeout:g} s",
+    }
+    return connect_error(failure, said[failure.kind])
+
+
 class ConnectionLink:
     """Connects and relays the connection's own events to the console.
 
     The app is attached after construction (the app needs the connector, the connector's
-    callbacks need the app).
+    callbacks need the app). Connecting is the provider's own :func:`open_connection`, so
+    the console judges a failed attempt exactly as the provider does, from every error seen
+    (a refused login is often followed by a reset connection), and only words it its way.
     """
 
     def __init__(self, settings: NatsSettings) -> None:
         self.settings = settings
         self.app: AstraboxConsole | None = None
         self.client: AdminClient | None = None
-        self._last_error = ""
 
     async def connect(self) -> AdminBackend:
-        """One attempt; raises SchedulerUnavailable or SchedulerConfigurationError."""
+        """One attempt; raises ConnectMisconfigured or ConnectUnavailable (seam errors)."""
         settings = self.settings
-        options = connect_options(settings, CLIENT_NAME)
-        options.update(error_cb=self._on_error, disconnected_cb=self._on_disconnected,
-                       reconnected_cb=self._on_reconnected)
-        self._last_error = ""
-        try:
-            nc = await asyncio.wait_for(nats.connect(**options), settings.connect_timeout)
-        except (nats.errors.Error, OSError, TimeoutError) as exc:
-            raise self._failure() from exc
-        nc.options["max_reconnect_attempts"] = -1  # after the first connect: forever
-        nc.options["reconnect_time_wait"] = 0.5
-        client = AdminClient(nc, settings.prefix, timeout=min(settings.call_timeout, 5.0),
-                             lease_seconds=settings.lease_seconds)
+        violations = ViolationLog()
+        opened = await open_connection(
+            settings, CLIENT_NAME, error_cb=violations.on_error,
+            disconnected_cb=self._on_disconnected, reconnected_cb=self._on_reconnected)
+        if isinstance(opened, ConnectFailure):
+            raise console_error(opened, settings)
+        client = AdminClient(opened, settings.prefix, timeout=min(settings.call_timeout, 5.0),
+                             lease_seconds=settings.lease_seconds, violations=violations)
         self.client = client
         return client
-
-    def _failure(self) -> Exception:
-        if "authorization" in self._last_error or "authentication" in self._last_error:
-            return SchedulerConfigurationError(
-                f"the server at {display_target(self.settings)} refused the credentials")
-        return SchedulerUnavailable(
-            f"no server answered at {display_target(self.settings)} within "
-            f"{self.settings.connect_timeout:g} s")
-
-    async def _on_error(self, exc: Exception) -> None:
-        self._last_error = str(exc).lower()
 
     async def _on_disconnected(self) -> None:
         if self.app is not None and self.app.is_running:

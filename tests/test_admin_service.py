@@ -16,6 +16,7 @@ from nats.aio.client import Client
 
 from nats_scheduler.admin.api import AdminError, ErrorCode, RunView
 from nats_scheduler.admin.client import AdminClient, event_type
+from nats_scheduler.admin.permissions import ViolationLog
 from nats_scheduler.admin.service import AdminService, start_admin_service
 from nats_scheduler.core.events import RunCreated, ScheduleHeld
 from nats_scheduler.names import SERVICE_NAME
@@ -324,9 +325,11 @@ async def test_a_user_refused_actions_is_told_so_and_can_still_read(tmp_path: Pa
         async with admin_on(url, unique_prefix()) as ops:
             await ops.provider.apply(daily("dep"))
             assert await ops.client.can_act() == (True, None)
-            nc = await connect_fast(server.url, user="auditor", password="auditor")
+            log = ViolationLog()
+            nc = await connect_fast(server.url, user="auditor", password="auditor",
+                                    error_cb=log.on_error)
             try:
-                auditor = AdminClient(nc, ops.prefix, timeout=1.0)
+                auditor = AdminClient(nc, ops.prefix, timeout=1.0, violations=log)
                 allowed, reason = await auditor.can_act()
                 assert not allowed and "may not request actions" in (reason or "")
                 assert [v.deployment_id for v in await auditor.list_schedules()] == ["dep"]

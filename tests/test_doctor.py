@@ -29,7 +29,12 @@ from nats_scheduler.admin.doctor import (
 )
 from nats_scheduler.admin.permissions import probes
 from nats_scheduler.admin.service import start_admin_service
-from nats_scheduler.jetstream.connection import MIN_SERVER_VERSION, parse_version
+from nats_scheduler.jetstream.connection import (
+    MIN_SERVER_VERSION,
+    parse_version,
+    require_version,
+    server_version,
+)
 from nats_scheduler.jetstream.store import Store
 from nats_scheduler.names import Names
 from nats_scheduler.natsserver.process import NatsServer, free_port
@@ -52,38 +57,47 @@ def test_parse_version(text: str, parsed: tuple[int, int, int]) -> None:
     assert parse_version(text) == parsed
 
 
-class FakeClient:
-    """Only what Store reads from a connection: the server's INFO (no I/O happens)."""
-
-    def __init__(self, info: dict[str, object]) -> None:
-        self._server_info = info
-
-    def jetstream(self, **_: object) -> None:
-        return None
-
-
 @pytest.mark.parametrize("version", ["2.12.2", "2.11.9", "2.9.25", "", "garbage"])
-async def test_start_refuses_servers_older_than_2_12_3(version: str) -> None:
-    store = Store(FakeClient({"version": version, "jetstream": True}), NatsSettings())  # type: ignore[arg-type]
+def test_start_refuses_servers_older_than_2_12_3(version: str) -> None:
+    """No old server binary is at hand: the rule is proven on the version text alone."""
     with pytest.raises(SchedulerConfigurationError) as info:
-        await store.check_server()
+        require_version(version)
     assert "2.12.3 or newer" in str(info.value)
-    assert version_check({"version": version}).status == Status.FAIL
+    assert version_check(version).status == Status.FAIL
 
 
 @pytest.mark.parametrize("version", ["2.12.3", "2.12.10", "2.15.1", "3.0.0"])
-async def test_start_accepts_2_12_3_and_newer(version: str) -> None:
-    await Store(FakeClient({"version": version, "jetstream": True}),  # type: ignore[arg-type]
-                NatsSettings()).check_server()
-    assert version_check({"version": version}).status == Status.OK
+def test_start_accepts_2_12_3_and_newer(version: str) -> None:
+    require_version(version)
+    assert version_check(version).status == Status.OK
     assert MIN_SERVER_VERSION == (2, 12, 3)
 
 
-async def test_start_refuses_a_server_without_jetstream() -> None:
-    store = Store(FakeClient({"version": "2.15.1", "jetstream": False}), NatsSettings())  # type: ignore[arg-type]
-    with pytest.raises(SchedulerConfigurationError) as info:
-        await store.check_server()
-    assert "persistence" in str(info.value)
+async def test_the_server_version_is_read_from_the_connection(nats_server: NatsServer) -> None:
+    nc = await connect_fast(nats_server.url)
+    try:
+        version = server_version(nc)
+        assert parse_version(version) >= MIN_SERVER_VERSION
+        await Store(nc, NatsSettings()).check_server()  # a current server with JetStream
+    finally:
+        await nc.close()
+
+
+async def test_start_refuses_a_server_without_jetstream(tmp_path: Path) -> None:
+    server = NatsServer(tmp_path / "nojs", jetstream=False).start()
+    try:
+        nc = await connect_fast(server.url)
+        try:
+            with pytest.raises(SchedulerConfigurationError) as info:
+                await Store(nc, NatsSettings()).check_server()
+            assert "persistence" in str(info.value)
+        finally:
+            await nc.close()
+        report = await run_doctor(NatsSettings(url=server.url))
+        jetstream = report.get("jetstream")
+        assert jetstream.status == Status.FAIL and "off on this server" in jetstream.detail
+    finally:
+        server.stop()
 
 
 # =========================================================================== decisions
@@ -111,15 +125,18 @@ def test_durability_check() -> None:
 
 
 def test_replication_check() -> None:
-    single = {"version": "2.15.1"}
-    clustered = {"cluster": "astrabox", "connect_urls": ["a", "b", "c"]}
-    assert replication_check(single, {"S_RUNS": 1}, 1).status == Status.OK
-    assert replication_check(single, {}, 3).status == Status.WARN
-    r1 = replication_check(clustered, {"S_RUNS": 1, "S_SCHEDULES": 3}, 3)
+    single: tuple[str | None, int] = (None, 1)
+    clustered: tuple[str | None, int] = ("astrabox", 3)
+    advertised: tuple[str | None, int] = (None, 3)  # no stream yet: the server pool tells
+    assert replication_check(*single, {"S_RUNS": 1}, 1).status == Status.OK
+    assert replication_check(*single, {}, 3).status == Status.WARN
+    r1 = replication_check(*clustered, {"S_RUNS": 1, "S_SCHEDULES": 3}, 3)
     assert r1.status == Status.WARN and "S_RUNS R1" in r1.detail and "3 nodes" in r1.detail
-    assert replication_check(clustered, {"S_RUNS": 3}, 1).status == Status.OK  # streams decide
-    assert replication_check(clustered, {}, 1).status == Status.WARN  # will be created R1
-    assert replication_check(clustered, {"S_RUNS": 3, "S_SCHEDULES": 3}, 3).status == Status.OK
+    assert "cluster astrabox" in r1.detail
+    assert replication_check(*clustered, {"S_RUNS": 3}, 1).status == Status.OK  # streams decide
+    assert replication_check(*clustered, {}, 1).status == Status.WARN  # will be created R1
+    assert replication_check(*advertised, {}, 1).status == Status.WARN
+    assert replication_check(*clustered, {"S_RUNS": 3, "S_SCHEDULES": 3}, 3).status == Status.OK
 
 
 def test_permissions_check_names_the_role() -> None:

@@ -24,6 +24,7 @@ from nats_scheduler.admin.api import AdminError, ErrorCode
 from nats_scheduler.admin.client import AdminClient
 from nats_scheduler.admin.doctor import Status, run_doctor
 from nats_scheduler.admin.permissions import Probe, ViolationLog, probes
+from nats_scheduler.jetstream.connection import ConnectMisconfigured, FailureKind, connect
 from nats_scheduler.names import Names
 from nats_scheduler.natsserver.config import CLUSTER_DIR, PASSWORD_ENV, REPO_CONFIG
 from nats_scheduler.natsserver.process import find_nats_server
@@ -162,7 +163,7 @@ async def test_operator_console_and_cli_work(tmp_path: Path) -> None:
     with prod_server(tmp_path / "nats") as server:
         nc, log = await connect_as(server, "operator")
         try:
-            client = AdminClient(nc, timeout=2.0)
+            client = AdminClient(nc, timeout=2.0, violations=log)
             async with scheduler_with_service(server) as (provider, _):
                 run_id = await populate(provider)
                 assert await client.can_act() == (True, None)
@@ -252,7 +253,7 @@ async def test_auditor_views_streams_kv_and_watches_events(tmp_path: Path) -> No
     with prod_server(tmp_path / "nats") as server:
         nc, log = await connect_as(server, "auditor")
         try:
-            client = AdminClient(nc, timeout=2.0)
+            client = AdminClient(nc, timeout=2.0, violations=log)
             async with scheduler_with_service(server) as (provider, _):
                 run_id = await populate(provider)
                 await provider.store.leases.put("audit-key", b'{"probe": 1}')
@@ -289,7 +290,7 @@ async def test_auditor_every_action_is_refused_and_nothing_changes(tmp_path: Pat
             nc, log = await connect_as(server, "auditor")
             try:
                 before = await store_state(nc)
-                client = AdminClient(nc, timeout=0.3)
+                client = AdminClient(nc, timeout=0.3, violations=log)
                 allowed, why = await client.can_act()
                 assert not allowed and why and "may not request actions" in why
                 assert_clean(why)
@@ -366,11 +367,9 @@ async def test_clients_without_valid_credentials_are_refused(tmp_path: Path) -> 
     with prod_server(tmp_path / "nats") as server:
         for auth in ({}, {"user": "auditor", "password": "wrong"}, {"user": "nobody",
                                                                     "password": "x"}):
-            with pytest.raises(nats.errors.Error) as info:
-                await nats.connect(servers=[server.url], allow_reconnect=False,
-                                   max_reconnect_attempts=1, connect_timeout=1,
-                                   error_cb=ViolationLog().on_error, **auth)
-            assert "authorization" in str(info.value).lower()
+            with pytest.raises(ConnectMisconfigured) as info:
+                await connect(NatsSettings(url=server.url, **auth), "intruder")  # type: ignore[arg-type]
+            assert info.value.failure.kind is FailureKind.REFUSED_CREDENTIALS
         provider = NatsSchedulerProvider(settings(server.url, "SCHED"))
         provider.configure(repository_backend=MongoBackend())
         with pytest.raises(SchedulerConfigurationError) as failed:

@@ -18,7 +18,10 @@ from textual.pilot import Pilot
 from textual.widgets import Input
 
 from admin_tui.app import AstraboxConsole
-from nats_scheduler.seam import SchedulerConfigurationError, SchedulerUnavailable
+from admin_tui.launch import console_error
+from nats_scheduler.jetstream.connection import ConnectFailure, FailureKind
+from nats_scheduler.seam import SchedulerUnavailable
+from nats_scheduler.settings import NatsSettings
 from tests.tui_fakes import FakeBackend, frozen_clock, screen_text
 
 pytestmark = pytest.mark.anyio
@@ -191,8 +194,8 @@ async def test_unreachable() -> None:
 
 async def test_credentials_refused() -> None:
     async def refuse() -> FakeBackend:
-        raise SchedulerConfigurationError(
-            "the server at nats://127.0.0.1:4222 refused the credentials")
+        raise console_error(ConnectFailure(FailureKind.REFUSED_CREDENTIALS),
+                            NatsSettings(url="nats://127.0.0.1:4222"))
 
     await _snapshots([("credentials_refused", None)], connector=refuse,
                      target="nats://127.0.0.1:4222", retry_seconds=60)

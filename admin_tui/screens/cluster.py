@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import ClassVar
 
 from textual import work
@@ -31,7 +30,6 @@ class ClusterScreen(ConsoleScreen):
     def __init__(self) -> None:
         super().__init__(id="cluster-screen")
         self.status: ClusterStatus | None = None
-        self.observed: datetime | None = None
 
     def compose(self) -> ComposeResult:
         yield TopBar("Cluster: processes, leases, store", tab="cluster")
@@ -59,7 +57,6 @@ class ClusterScreen(ConsoleScreen):
 
     def on_cluster_loaded(self, message: ClusterLoaded) -> None:
         self.status = message.status
-        self.observed = self.console.clock.now()
         self.repaint()
 
     def repaint(self) -> None:
@@ -67,7 +64,7 @@ class ClusterScreen(ConsoleScreen):
         self.query_one(StorePanel).show(self.status)
         if self.status is None:
             return
-        self.query_one(ReplicaTable).show(self.status.replicas, now, self.observed or now)
+        self.query_one(ReplicaTable).show(self.status.replicas, now)
         self.query_one(LeaseTable).show(self.status.leases, now)
         flight = ", ".join(self.status.in_flight) or "none"
         self.query_one("#in-flight", Label).update(f"In-flight Runs: {flight}")

@@ -19,6 +19,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, Static
 
 from nats_scheduler.admin.api import AdminBackend, AdminError, ErrorCode
+from nats_scheduler.jetstream.connection import ConnectFailed, FailureKind
 from nats_scheduler.seam import SchedulerConfigurationError, SchedulerError
 
 Connector = Callable[[], Awaitable[AdminBackend]]
@@ -27,15 +28,30 @@ REFUSED_HINT = ("Check --creds, or --user and --password "
                 "(ASTRABOX_NATS_CREDS, ASTRABOX_NATS_USER, ASTRABOX_NATS_PASSWORD).")
 UNREACHABLE_HINT = ("Check --url (ASTRABOX_NATS_URL) and --prefix (ASTRABOX_NATS_PREFIX), "
                     "and that a provider process with the admin service is running.")
+UNTRUSTED_HINT = ("Check --tls-ca (ASTRABOX_NATS_TLS_CA) and that the host name in --url "
+                  "is the one in the server's certificate.")
+TLS_REFUSED_HINT = ("Check --tls-cert and --tls-key (ASTRABOX_NATS_TLS_CERT, "
+                    "ASTRABOX_NATS_TLS_KEY): the server may require a client certificate.")
+
+_BY_KIND = {
+    FailureKind.REFUSED_CREDENTIALS: ("The server refused the credentials", REFUSED_HINT),
+    FailureKind.TLS_UNTRUSTED: ("The server's certificate is not trusted", UNTRUSTED_HINT),
+    FailureKind.TLS_REFUSED: ("The server refused the TLS connection", TLS_REFUSED_HINT),
+    FailureKind.UNREACHABLE: ("Cannot reach the scheduler", UNREACHABLE_HINT),
+}
 
 
 def describe_failure(exc: BaseException, target: str) -> tuple[str, str, str]:
-    """(title, what happened, what to check) for a failed connection attempt."""
+    """(title, what happened, what to check) for a failed connection attempt.
+
+    A failed connect is judged once, by ``classify_connect_failure`` (its kind travels on
+    the ``ConnectFailed`` error); the screen never guesses from an error's text.
+    """
     text = str(exc) if isinstance(exc, (SchedulerError, AdminError)) and str(exc) else ""
-    lowered = text.lower()
-    refused = ("credential" in lowered or "authoriz" in lowered or "refused" in lowered
-               or (isinstance(exc, AdminError) and exc.code == ErrorCode.FORBIDDEN))
-    if refused:
+    if isinstance(exc, ConnectFailed):
+        title, hint = _BY_KIND[exc.failure.kind]
+        return title, text, hint
+    if isinstance(exc, AdminError) and exc.code == ErrorCode.FORBIDDEN:
         return ("The server refused the credentials", text or f"{target} refused the login",
                 REFUSED_HINT)
     if isinstance(exc, SchedulerConfigurationError):

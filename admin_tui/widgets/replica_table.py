@@ -8,6 +8,7 @@ from datetime import datetime
 from rich.text import Text
 
 from nats_scheduler.admin.api import ReplicaView
+from nats_scheduler.admin.skew import clock_skews
 
 from ..formatting import DASH, relative
 from .keyed_table import KeyedTable
@@ -21,25 +22,30 @@ COLUMNS = (
 )
 
 
-def skew_text(replica: ReplicaView, now: datetime) -> Text:
-    """The replica's clock against ours: due times are computed on each replica's clock."""
-    if replica.now is None:
+def skew_text(seconds: float | None) -> Text:
+    """A replica's clock against the replicas' median (``nats_scheduler.admin.skew``).
+
+    Leases compare one replica's clock with another's, so that is the difference that
+    matters; the console's own clock would add the request's round trip to every replica.
+    """
+    if seconds is None:
         return Text(DASH, style="dim")
-    seconds = (replica.now - now).total_seconds()
     style = "bold red" if abs(seconds) >= 2 else "dim"
-    return Text(f"{seconds:+.1f} s", style=style)
+    # round first, and + 0.0 turns a rounded -0.0 into 0.0 ("+0.0 s", not "-0.0 s")
+    return Text(f"{round(seconds, 1) + 0.0:+.1f} s", style=style)
 
 
 class ReplicaTable(KeyedTable):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(COLUMNS, **kwargs)
 
-    def show(self, replicas: Sequence[ReplicaView], now: datetime, observed: datetime) -> None:
+    def show(self, replicas: Sequence[ReplicaView], now: datetime) -> None:
+        skews = clock_skews(replicas)
         self.set_rows([(r.identity, [
             Text(r.identity, style="bold"),
             Text(relative(r.started_at, now).replace(" ago", "")) if r.started_at
             else Text(DASH, style="dim"),
-            skew_text(r, observed),
+            skew_text(skews.get(r.identity)),
             Text(str(len(r.in_flight))),
             Text(str(r.schedules_planned)),
         ]) for r in replicas])

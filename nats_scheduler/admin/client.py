@@ -68,6 +68,7 @@ class AdminClient:
         timeout: float = 5.0,
         lease_seconds: float = 5.0,
         clock: Clock | None = None,
+        violations: ViolationLog | None = None,
     ) -> None:
         self.nc = nc
         self.names = Names(prefix)
@@ -76,8 +77,9 @@ class AdminClient:
                                   policy=HealthPolicy(lease_seconds=lease_seconds), clock=clock)
         self.last_source: str | None = None
         # The server refuses a request outside the user's permissions with an -ERR on the
-        # connection, and the request just times out: this log tells the two apart.
-        self._violations = ViolationLog.attach(nc)
+        # connection, and the request just times out: this log (fed by the connection's
+        # error_cb) tells the two apart. Without one, a refusal reads as "no answer".
+        self._violations = violations or ViolationLog()
 
     # ------------------------------------------------------------------ plumbing
 

@@ -31,7 +31,13 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import StreamConfig
 
-from ..jetstream.connection import MIN_SERVER_VERSION, connect, parse_version
+from ..jetstream.connection import (
+    MIN_SERVER_VERSION,
+    connect,
+    jetstream_off,
+    parse_version,
+    server_version,
+)
 from ..jetstream.store import Store, incompatibilities
 from ..names import Names
 from ..seam import SchedulerError
@@ -94,9 +100,8 @@ class DoctorReport:
 # =========================================================================== decisions
 
 
-def version_check(server_info: Mapping[str, object]) -> Check:
+def version_check(text: str) -> Check:
     """FAIL below 2.12.3: ``start()`` refuses such a server (Store.check_server)."""
-    text = str(server_info.get("version") or "")
     if parse_version(text) < MIN_SERVER_VERSION:
         return Check("server version", Status.FAIL,
                      f"{text or 'unknown'}: the provider needs {_MIN} or newer (conditional "
@@ -105,20 +110,23 @@ def version_check(server_info: Mapping[str, object]) -> Check:
 
 
 def replication_check(
-    server_info: Mapping[str, object], replicas: Mapping[str, int], wanted: int
+    cluster: str | None, nodes: int, replicas: Mapping[str, int], wanted: int
 ) -> Check:
-    """WARN when streams are R1 on a cluster (or R>1 is asked of a single server)."""
-    cluster = server_info.get("cluster")
-    urls = server_info.get("connect_urls") or []
-    nodes = len(urls) if isinstance(urls, list) else 0
-    if not cluster:
+    """WARN when streams are R1 on a cluster (or R>1 is asked of a single server).
+
+    ``cluster`` is the cluster's name as a stream reported it (None before the first start
+    or on a single server); ``nodes`` the servers the connection knows, configured and
+    advertised by the server: more than one means a cluster even before any stream exists.
+    """
+    if not cluster and nodes < 2:
         if wanted > 1:
             return Check("replication", Status.WARN,
                          f"ASTRABOX_NATS_REPLICAS={wanted} but the server is not clustered: "
                          "creating the streams will fail; use 1 or connect to a cluster")
         return Check("replication", Status.OK,
                      "single server, streams R1 (no copy survives losing this server's disk)")
-    where = f"cluster {cluster!s}" + (f" ({nodes} nodes)" if nodes else "")
+    where = (f"cluster {cluster}" if cluster else "a cluster") + (
+        f" ({nodes} nodes)" if nodes > 1 else "")
     # Existing streams decide; only before the first start does the setting matter.
     single = sorted(name for name, n in replicas.items() if n < 2)
     if single or (not replicas and wanted < 2):
@@ -239,24 +247,25 @@ def clock_check(skews: Mapping[str, float] | None, lease_seconds: float,
 
 async def _connect(settings: NatsSettings) -> tuple[Client, ViolationLog]:
     """The provider's own connect (its clean errors), with permission refusals recorded."""
-    nc = await connect(settings, "nats-scheduler doctor")
-    return nc, ViolationLog.attach(nc)
+    log = ViolationLog()
+    nc = await connect(settings, "nats-scheduler doctor", error_cb=log.on_error)
+    return nc, log
 
 
-async def _jetstream_check(nc: Client, info: Mapping[str, object], log: ViolationLog) -> Check:
-    if not info.get("jetstream"):
-        return Check("jetstream", Status.FAIL, "JetStream is off on this server; enable it "
-                     "(`jetstream { ... }` in the server config)")
+async def _jetstream_check(nc: Client, log: ViolationLog) -> Check:
     mark = log.mark()
     try:
         account = await nc.jetstream(timeout=_TIMEOUT).account_info()
     except nats.js.errors.APIError as exc:
+        if jetstream_off(exc) and exc.err_code is None:  # nobody answers the JetStream API
+            return Check("jetstream", Status.FAIL, "JetStream is off on this server; enable "
+                         "it (`jetstream { ... }` in the server config)")
         return Check("jetstream", Status.FAIL,
                      f"JetStream is not usable for this account: {exc.description}")
     except (TimeoutError, nats.errors.TimeoutError):
         if log.refused_since(mark, "publish", "$JS.API.INFO"):
-            return Check("jetstream", Status.WARN, "enabled on the server; this user may not "
-                         "read the account's JetStream limits")
+            return Check("jetstream", Status.WARN, "unknown: this user may not read the "
+                         "account's JetStream information ($JS.API.INFO)")
         return Check("jetstream", Status.FAIL, "JetStream did not answer")
     limits = account.limits
     return Check("jetstream", Status.OK,
@@ -275,11 +284,12 @@ def _wanted_configs(nc: Client, settings: NatsSettings) -> list[StreamConfig]:
 
 async def _stream_checks(
     nc: Client, settings: NatsSettings, log: ViolationLog
-) -> tuple[list[Check], dict[str, int]]:
-    """One check per stream (and the lease bucket); returns also the replicas found."""
+) -> tuple[list[Check], dict[str, int], str | None]:
+    """One check per stream (and the lease bucket); also the replicas and cluster found."""
     js = nc.jetstream(timeout=_TIMEOUT)
     checks: list[Check] = []
     replicas: dict[str, int] = {}
+    cluster: str | None = None
     for wanted in _wanted_configs(nc, settings):
         name = str(wanted.name)
         mark = log.mark()
@@ -295,7 +305,12 @@ async def _stream_checks(
             checks.append(Check(f"stream {name}", Status.WARN,
                                 "this user may not read it" if refused else "no answer"))
             continue
+        except nats.js.errors.APIError as exc:  # JetStream off or unusable: said above
+            checks.append(Check(f"stream {name}", Status.FAIL,
+                                f"cannot be read: {exc.description or 'JetStream is off'}"))
+            continue
         replicas[name] = info.config.num_replicas or 1
+        cluster = cluster or (info.cluster.name if info.cluster is not None else None)
         problems = [] if name.startswith("KV_") else incompatibilities(wanted, info.config)
         if problems:
             checks.append(Check(f"stream {name}", Status.FAIL, "; ".join(problems)))
@@ -303,7 +318,7 @@ async def _stream_checks(
         checks.append(Check(f"stream {name}", Status.OK,
                             f"R{replicas[name]}, {info.state.messages} message(s), "
                             f"{info.state.bytes / 2**20:.1f} MiB"))
-    return checks, replicas
+    return checks, replicas, cluster
 
 
 def _fetch_varz(url: str) -> Varz:
@@ -395,15 +410,19 @@ async def run_doctor(settings: NatsSettings, *, monitor_url: str | None = None) 
         return DoctorReport([Check("connection", Status.FAIL, str(exc)),
                              await _durability(monitor_url)])
     try:
-        info: Mapping[str, object] = dict(nc._server_info or {})
+        # nats-py keeps the server's INFO (server name, cluster, connect URLs) to itself:
+        # nats-io/nats.py nats/aio/client.py Client has no public property for them. The
+        # version, the address and the server pool are public; streams name the cluster.
+        version = server_version(nc)
         names = Names(settings.prefix)
         where = nc.connected_url.netloc if nc.connected_url else "?"
-        checks = [Check("connection", Status.OK, f"{info.get('server_name', '?')} at {where}"),
-                  version_check(info),
-                  await _jetstream_check(nc, info, log)]
-        stream_checks, replicas = await _stream_checks(nc, settings, log)
+        checks = [Check("connection", Status.OK, f"nats-server {version or '?'} at {where}"),
+                  version_check(version),
+                  await _jetstream_check(nc, log)]
+        stream_checks, replicas, cluster = await _stream_checks(nc, settings, log)
         checks += stream_checks
-        checks.append(replication_check(info, replicas, settings.replicas))
+        nodes = len({url.netloc for url in nc.servers})
+        checks.append(replication_check(cluster, nodes, replicas, settings.replicas))
         checks.append(await _durability(monitor_url))
         checks.append(permissions_check(await capabilities(nc, log, names, _TIMEOUT)))
         checks.append(await _clock(nc, names, settings, log))

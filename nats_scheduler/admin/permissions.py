@@ -39,29 +39,14 @@ _IMPOSSIBLE_SEQUENCE = "999999999999"
 class ViolationLog:
     """Records the server's permission refusals; pass :meth:`on_error` as ``error_cb``.
 
+    Create the log BEFORE connecting and hand its callback to the connect call
+    (``nats.connect(error_cb=log.on_error)`` or ``connection.connect(error_cb=...)``):
+    nats-py has no public way to add an error callback to a connected client.
     Other errors are ignored here: connection trouble surfaces where the caller awaits.
     """
 
     def __init__(self) -> None:
         self.refusals: list[tuple[Kind, str]] = []
-
-    @classmethod
-    def attach(cls, nc: Client) -> ViolationLog:
-        """A log fed by an already connected client, whose own error callback keeps running.
-
-        For connections made elsewhere (``store.connect``): nats-py has no public way to add
-        an error callback after connecting, so this wraps the client's ``_error_cb``.
-        """
-        log = cls()
-        previous = nc._error_cb
-
-        async def chained(exc: Exception) -> None:
-            await log.on_error(exc)
-            if previous is not None:
-                await previous(exc)
-
-        nc._error_cb = chained
-        return log
 
     async def on_error(self, exc: Exception) -> None:
         """The ``error_cb`` of ``nats.connect`` (nats-py wants a coroutine function)."""

@@ -32,6 +32,7 @@ from nats.js.api import DeliverPolicy
 
 from ..clock import Clock, SystemClock
 from ..core.events import RunRecord, ScheduleRecord, decode_run_event, decode_schedule_event
+from ..jetstream.connection import server_version
 from ..jetstream.leases import LeaseValue
 from ..names import Names, token
 from ..projections.ledger import Ledger
@@ -293,9 +294,8 @@ class StoreReader:
 
     async def store_health(self) -> StoreHealth:
         """Reachability, server version, replicas and leader of the Run events."""
-        version = (self.nc._server_info or {}).get("version")
-        base = dict(reachable=self.nc.is_connected,
-                    server_version=str(version) if version else None)
+        version = server_version(self.nc)
+        base = dict(reachable=self.nc.is_connected, server_version=version or None)
         js = self.nc.jetstream(timeout=self.timeout)
         try:
             runs = await js.stream_info(self.names.runs_stream)

@@ -30,6 +30,7 @@ import msgspec
 
 from ..admin.api import AdminError, ErrorCode
 from ..admin.client import AdminClient
+from ..admin.permissions import ViolationLog
 from ..jetstream.connection import connect
 from ..seam import SchedulerConfigurationError, SchedulerError
 from ..settings import NatsSettings, connection_flags_env
@@ -102,12 +103,18 @@ def settings_from_args(args: argparse.Namespace,
 
 @contextlib.asynccontextmanager
 async def admin_client(args: argparse.Namespace) -> AsyncIterator[AdminClient]:
-    """An AdminClient on a fresh connection, closed afterwards."""
+    """An AdminClient on a fresh connection, closed afterwards.
+
+    The connection reports the server's permission refusals to the client's log, so a
+    refused action is "forbidden" (exit 5), not "no scheduler process answered".
+    """
     settings = settings_from_args(args)
-    nc = await connect(settings, f"nats-scheduler-cli-{socket.gethostname()}")
+    violations = ViolationLog()
+    nc = await connect(settings, f"nats-scheduler-cli-{socket.gethostname()}",
+                       error_cb=violations.on_error)
     try:
         yield AdminClient(nc, settings.prefix, timeout=getattr(args, "timeout", 5.0),
-                          lease_seconds=settings.lease_seconds)
+                          lease_seconds=settings.lease_seconds, violations=violations)
     finally:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(nc.close(), 2.0)

@@ -10,8 +10,9 @@ import argparse
 
 import msgspec
 
-from ..admin.api import ClusterStatus, Health, ReplicaView, RunView
+from ..admin.api import ClusterStatus, Health, RunView
 from ..admin.doctor import run_doctor
+from ..admin.skew import clock_skews
 from .common import (
     EXIT_OK,
     EXIT_UNHEALTHY,
@@ -49,20 +50,6 @@ def _runs(title: str, runs: list[RunView]) -> list[str]:
     if len(runs) > 20:
         lines.append(f"  ... and {len(runs) - 20} more")
     return lines
-
-
-def clock_skews(replicas: list[ReplicaView]) -> dict[str, float]:
-    """Each replica's clock minus the replicas' median clock, in seconds.
-
-    All replicas read their clocks while answering the same request (within milliseconds),
-    so the spread is their skew; leases compare one replica's clock with another's.
-    """
-    clocks = {r.identity: r.now for r in replicas if r.now is not None}
-    if not clocks:
-        return {}
-    ordered = sorted(clocks.values())
-    median = ordered[len(ordered) // 2]
-    return {identity: (at - median).total_seconds() for identity, at in clocks.items()}
 
 
 def status_text(status: ClusterStatus, health: Health) -> str:

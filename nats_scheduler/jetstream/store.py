@@ -110,7 +110,7 @@ class Store:
 
     async def check_server(self) -> None:
         """Refuse servers that are too old or have JetStream off (see :mod:`.connection`)."""
-        check_server(self.nc)
+        await self.retrying("could not check the server", lambda: check_server(self.nc, self.js))
 
     def stream_configs(self) -> list[StreamConfig]:
         names = self.names
