@@ -4,7 +4,8 @@ Layout under a prefix ``P`` (``ASTRABOX_NATS_PREFIX``, default ``SCHED``)::
 
     stream  P_SCHEDULES   subjects P.sched.<deployment>           Schedule events
     stream  P_RUNS        subjects P.run.<deployment>.<run>       Run events
-    bucket  P_LEASES      keys     <run>                          dispatch leases
+    stream  P_RUNINDEX    subjects P.runidx.<deployment>          history index, one entry per Run
+    bucket  P_LEASES      keys     <run>                          open Runs and dispatch leases
     service astrabox-scheduler (nats.micro)  subjects P.admin.>   admin service
 
 ``<deployment>`` and ``<run>`` are :func:`token` encodings of the IDs: any string AstraBox
@@ -107,6 +108,11 @@ def scheduled_create_msg_id(deployment_id: str, due_at: datetime) -> str:
     return f"{token(deployment_id)}@{due_token(due_at)}"
 
 
+def index_msg_id(run_id: str) -> str:
+    """Msg-Id of a Run's history index entry: every replica announcing it writes one."""
+    return f"idx:{run_id}"
+
+
 def requested_create_msg_id(run_id: str) -> str:
     """Msg-Id of the ``run.created`` of an enqueue with an idempotency key."""
     return f"req:{run_id}"
@@ -140,6 +146,19 @@ class Names:
     @property
     def runs_stream(self) -> str:
         return f"{self.prefix}_RUNS"
+
+    @property
+    def index_stream(self) -> str:
+        """The history index: one small entry per Run, trimmed by the retention limits."""
+        return f"{self.prefix}_RUNINDEX"
+
+    @property
+    def index_filter(self) -> str:
+        return f"{self.prefix}.runidx.*"
+
+    def index_subject(self, deployment_id: str) -> str:
+        """The history index of one deployment, oldest entry first."""
+        return f"{self.prefix}.runidx.{token(deployment_id)}"
 
     @property
     def leases_bucket(self) -> str:

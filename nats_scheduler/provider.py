@@ -149,6 +149,10 @@ class NatsSchedulerProvider:
             raise SchedulerUnavailable("the scheduler has not been started")
         return self._running.store
 
+    async def enforce_retention(self) -> int:
+        """Apply the history retention now (it also runs every ``retention_interval``)."""
+        return await self._require_started().enforce_retention()
+
     @property
     def stale_fires(self) -> int:
         """Firings whose Schedule read aged before the create and was done again."""
@@ -313,31 +317,33 @@ class NatsSchedulerProvider:
             due_at=None, payload=payload, now=self._clock.now(), actor=self._identity,
             replay_of=request.replay_of, requested_by=request.requested_by, reason=reason,
         )
+        await running.runs.announce(event.run)
         _, stored, created = await running.runs.create(event, msg_id=msg_id)
         if created:
             running.submit(stored)
         return stored.to_run()
 
     async def _find_run(self, run_id: str) -> RunRecord | None:
+        return await self._require_started().reads.find(run_id)
+
+    async def runs_page(
+        self, deployment_id: str, *, limit: int = 50, before: str | None = None
+    ) -> list[RunRecord]:
+        """``list_runs`` with each Run's whole record (who asked, why): for the admin views."""
         running = self._require_started()
-        known = self._ledger.get(run_id)
-        if known is not None or not validation.usable_id(run_id):
-            return known
-        found = await running.runs.find(run_id)
-        return found[1] if found else None
+        validation.check_limit(limit)
+        try:
+            return await running.reads.page(deployment_id, limit, before)
+        except KeyError:
+            raise RunNotFound(
+                f"run {before!r} is not a run of deployment {deployment_id!r}"
+            ) from None
 
     async def list_runs(
         self, deployment_id: str, *, limit: int = 50, before: str | None = None
     ) -> list[Run]:
         """Newest first by created_at (ties: run_id descending); ``before`` pages."""
-        self._require_started()
-        validation.check_limit(limit)
-        try:
-            page = self._ledger.page(deployment_id, limit, before)
-        except KeyError:
-            raise RunNotFound(
-                f"run {before!r} is not a run of deployment {deployment_id!r}"
-            ) from None
+        page = await self.runs_page(deployment_id, limit=limit, before=before)
         return [record.to_run() for record in page]
 
     async def get_run(self, run_id: str) -> Run:

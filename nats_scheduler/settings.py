@@ -59,6 +59,11 @@ class NatsSettings:
     connect_timeout: float = 5.0
     max_concurrent_dispatch: int = 64
     max_active_schedules: int = 10_000
+    # History: a Run is kept while it is among the newest ``retention_runs`` of its deployment
+    # and younger than ``retention_days``; unfinished Runs are always kept (docs/configuration.md).
+    retention_days: float = 90.0
+    retention_runs: int = 10_000
+    retention_interval: float = 600.0
     identity: str | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
 
@@ -85,6 +90,9 @@ class NatsSettings:
         "connect_timeout": "ASTRABOX_NATS_CONNECT_TIMEOUT_SECONDS",
         "max_concurrent_dispatch": "ASTRABOX_NATS_MAX_CONCURRENT_DISPATCH",
         "max_active_schedules": "ASTRABOX_NATS_MAX_ACTIVE_SCHEDULES",
+        "retention_days": "ASTRABOX_NATS_RETENTION_DAYS",
+        "retention_runs": "ASTRABOX_NATS_RETENTION_RUNS",
+        "retention_interval": "ASTRABOX_NATS_RETENTION_INTERVAL_SECONDS",
         "identity": "ASTRABOX_NATS_IDENTITY",
     }
 
@@ -149,6 +157,11 @@ class NatsSettings:
             raise SchedulerConfigurationError(f"{env['retry_attempts']} must be at least 1")
         if self.max_concurrent_dispatch < 1 or self.max_active_schedules < 1:
             raise SchedulerConfigurationError("dispatch concurrency and capacity must be >= 1")
+        if self.retention_days <= 0 or self.retention_interval <= 0:
+            raise SchedulerConfigurationError(
+                f"{env['retention_days']} and {env['retention_interval']} must be greater than 0")
+        if self.retention_runs < 1:
+            raise SchedulerConfigurationError(f"{env['retention_runs']} must be at least 1")
         return self
 
     @property

@@ -282,6 +282,16 @@ async def check_nats(nc: Client, argv: list[str], program: str | None) -> None:
                                 last_per_subject_only="--last-per-subject" in argv)
             assert docs, where
             check_jq(program, docs, where)
+        case ["stream", "info"]:
+            info = await js.stream_info(argv[3])
+            check_jq(program, [{"config": info.config.as_dict()}], where)
+        case ["stream", "add"]:
+            # An administrator's command (the auditor may not create streams): it must copy
+            # one of the scheduler's streams and refuse deletes and purges of the copy.
+            # test_a_mirror_keeps_what_retention_purges runs it for real.
+            assert argv[argv.index("--mirror") + 1] in (NAMES.runs_stream,
+                                                       NAMES.schedules_stream), where
+            assert "--deny-delete" in argv and "--deny-purge" in argv, where
         case ["kv", "get"]:
             kv = await js.key_value(argv[3])
             entry = await kv.get(argv[4])
@@ -341,7 +351,8 @@ def test_every_read_of_the_guide_returns_when_nothing_matches() -> None:
     for command in nats_commands:
         argv, _ = split_pipeline(command)
         assert argv[1:3] in (["stream", "subjects"], ["stream", "view"], ["stream", "get"],
-                             ["kv", "get"], ["kv", "ls"]) or argv[1] == "sub", command
+                             ["stream", "info"], ["stream", "add"], ["kv", "get"],
+                             ["kv", "ls"]) or argv[1] == "sub", command
         if argv[1] == "sub":
             assert "--wait" in argv and WAIT.match(argv[argv.index("--wait") + 1]), command
             assert "--terminate-at-end" in argv or "--count" in argv, command

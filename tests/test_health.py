@@ -16,10 +16,17 @@ from nats_scheduler.admin.health import (
     latest_expected_due,
     silent_stops,
 )
-from nats_scheduler.admin.views import run_page, schedule_state, schedule_view, schedule_views
+from nats_scheduler.admin.views import (
+    probe_limit,
+    run_list,
+    schedule_state,
+    schedule_view,
+    schedule_views,
+)
 from nats_scheduler.core.events import Hold, RunRecord, ScheduleRecord
 from nats_scheduler.names import scheduled_run_id
 from nats_scheduler.projections.ledger import Ledger
+from nats_scheduler.runtime.reads import merge
 from nats_scheduler.seam import RunPayload, RunState, Trigger
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
@@ -181,40 +188,33 @@ def test_schedule_views_filter_is_a_case_insensitive_substring_of_id_or_name() -
     assert len(schedule_views(records, Ledger(), T0, include_deleted=True)) == 3
 
 
-def test_run_page_pages_and_validates() -> None:
-    ledger = Ledger()
-    for i in range(5):
-        ledger.apply(i + 1, run(f"r{i}", created=T0 + timedelta(seconds=i)))
-    first = run_page(ledger, "dep", 2, None)
+def test_run_list_continues_only_when_the_probe_found_more() -> None:
+    runs = [run(f"r{i}", created=T0 + timedelta(seconds=i)) for i in range(5)][::-1]
+    assert probe_limit(2) == 3 and probe_limit(1000) == 1000
+    first = run_list(runs[:3], 2)  # a probe of 3 found 3: there is more
     assert [r.run_id for r in first.runs] == ["r4", "r3"] and first.next_before == "r3"
-    last = run_page(ledger, "dep", 2, "r1")
-    assert [r.run_id for r in last.runs] == ["r0"] and last.next_before is None
-    exact = run_page(ledger, "dep", 1, "r1")
-    assert exact.next_before is None  # nothing older than r0
+    last = run_list(runs[3:], 2)  # a probe of 3 found 2: this is the end
+    assert [r.run_id for r in last.runs] == ["r1", "r0"] and last.next_before is None
     with pytest.raises(AdminError) as bad:
-        run_page(ledger, "dep", 0, None)
+        probe_limit(0)
     assert bad.value.code == ErrorCode.INVALID_REQUEST
-    with pytest.raises(AdminError) as missing:
-        run_page(ledger, "dep", 2, "nope")
-    assert missing.value.code == ErrorCode.NOT_FOUND
 
 
-def test_due_times_before_the_replica_started_are_not_silent_stops() -> None:
-    """No backfill by design: a due time that passed while no process ran is skipped."""
-    from datetime import UTC, datetime, timedelta
-
-    from nats_scheduler.admin.health import silent_stops
-    from nats_scheduler.core.events import ScheduleRecord
-    from nats_scheduler.seam import RunPayload
-
-    applied = datetime(2030, 1, 1, 0, 0, tzinfo=UTC)
-    record = ScheduleRecord(deployment_id="d", name="d", cron="0 3 * * *", timezone="UTC",
-                            enabled=True, payload=RunPayload("t", "p"), updated_at=applied)
-    now = datetime(2030, 1, 1, 3, 5, tzinfo=UTC)
-    never = lambda _dep, _due: False  # noqa: E731
-    grace = timedelta(seconds=60)
-    assert silent_stops([record], never, now, grace) == ["d"]
-    started = datetime(2030, 1, 1, 3, 2, tzinfo=UTC)  # replica came up after the 03:00 due time
-    assert silent_stops([record], never, now, grace, alive_since=started) == []
-    assert silent_stops([record], never, now, grace,
-                        alive_since=datetime(2030, 1, 1, 2, 0, tzinfo=UTC)) == ["d"]
+def test_a_page_merges_what_this_process_wrote_a_moment_ago() -> None:
+    older = run("old", created=T0)
+    stale = run("mine", created=T0 + timedelta(seconds=1), state=RunState.PENDING)
+    fresh = msgspec.structs.replace(stale, state=RunState.DISPATCHED,
+                                    updated_at=T0 + timedelta(seconds=5))
+    new = run("new", created=T0 + timedelta(seconds=2), state=RunState.PENDING)
+    # The history (a lagging follower) has "mine" still PENDING and not yet "new".
+    page = merge([stale, older], [fresh, new], limit=3, cursor=None, now=T0)
+    assert [(r.run_id, r.state) for r in page] == [
+        ("new", RunState.PENDING), ("mine", RunState.DISPATCHED), ("old", RunState.DISPATCHED)]
+    # A full page keeps its range: a known Run older than its last belongs to a later page.
+    assert [r.run_id for r in merge([new, fresh], [older], limit=2, cursor=None, now=T0)] == [
+        "new", "mine"]
+    # Nothing at or after the cursor.
+    assert [r.run_id for r in merge([older], [new, fresh], limit=5, cursor=fresh,
+                                    now=T0)] == ["old"]
+    # A finished Run the history no longer has (past retention) does not come back.
+    assert merge([], [older], limit=5, cursor=None, now=T0 + timedelta(hours=1)) == []

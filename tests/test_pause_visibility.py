@@ -218,14 +218,20 @@ async def test_declared_bound_covers_the_read_age_limit() -> None:
 
 
 async def _store_late_create(nats_url: str, prefix: str, deployment: str, due: datetime,
-                             decided_at: datetime) -> RunRecord:
+                             decided_at: datetime,
+                             announcer: NatsSchedulerProvider | None = None) -> RunRecord:
     """Store a scheduled Run's create the way a replica frozen mid-send would: decided (and
-    stamped) at ``decided_at`` on a read that said "active", reaching the store only now."""
+    stamped) at ``decided_at`` on a read that said "active", reaching the store only now.
+
+    ``announcer`` writes the announcement (history entry, open key) that the frozen replica
+    had written before it froze; the create itself comes from another connection."""
     event = runcore.create(
         run_id=scheduled_run_id(deployment, due), deployment_id=deployment,
         trigger=Trigger.SCHEDULE, due_at=due, payload=RunPayload("t", "p"), now=decided_at,
         actor="frozen-replica",
     )
+    if announcer is not None:
+        await announcer.runlog.announce(event.run)
     names = Names(prefix)
     nc = await connect_fast(nats_url)
     try:
@@ -247,7 +253,7 @@ async def test_a_run_that_reaches_the_store_after_the_pause_is_never_started(
         decided_at = datetime.now(UTC)  # the frozen replica read "enabled" here ...
         await provider.apply(schedule("late", enabled=False, version=2))
         late = await _store_late_create(nats_url, prefix, "late", FAR, decided_at - timedelta(
-            seconds=1))  # ... and its create arrives after the pause
+            seconds=1), announcer=provider)  # ... and its create arrives after the pause
 
         async def refused() -> Run | None:
             with contextlib.suppress(RunNotFound):

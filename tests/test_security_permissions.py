@@ -121,7 +121,8 @@ async def test_scheduler_runs_the_provider_and_the_admin_service(tmp_path: Path)
 
 
 async def test_scheduler_cannot_destroy_or_leave_its_namespace(tmp_path: Path) -> None:
-    """Rule S2: ``scheduler`` cannot delete/purge/edit streams or touch other subjects."""
+    """Rule S2: ``scheduler`` cannot delete/edit streams, delete an event, purge anything but
+    the Run history (retention), or touch other subjects."""
     with prod_server(tmp_path / "nats") as server:
         async with scheduler_with_service(server) as (provider, _):
             await populate(provider)
@@ -135,7 +136,10 @@ async def test_scheduler_cannot_destroy_or_leave_its_namespace(tmp_path: Path) -
                     Probe("edit streams", f"$JS.API.STREAM.UPDATE.{NAMES.runs_stream}",
                           payload=b"{}"),
                     Probe("delete own stream", f"$JS.API.STREAM.DELETE.{NAMES.runs_stream}"),
-                    Probe("purge own stream", f"$JS.API.STREAM.PURGE.{NAMES.runs_stream}"),
+                    Probe("purge the Schedules",
+                          f"$JS.API.STREAM.PURGE.{NAMES.schedules_stream}"),
+                    Probe("purge the history index",
+                          f"$JS.API.STREAM.PURGE.{NAMES.index_stream}"),
                     Probe("delete an event", f"$JS.API.STREAM.MSG.DELETE.{NAMES.runs_stream}",
                           payload=b'{"seq": 1}'),
                     Probe("act as operator", f"{NAMES.admin_prefix}.schedules.hold",

@@ -22,7 +22,6 @@ from ..names import scheduled_run_id
 from ..projections.ledger import Ledger
 from ..seam import RunState
 from .api import Health
-from .views import recent_runs
 
 _LOOKBACKS = (
     timedelta(hours=1),
@@ -137,18 +136,6 @@ def failed_runs(records: Iterable[RunRecord], now: datetime, window: timedelta) 
     return sorted(failed, key=lambda r: (r.updated_at, r.run_id), reverse=True)
 
 
-def recent_records(ledger: Ledger, since: datetime) -> list[RunRecord]:
-    """Every Run of every deployment created at or after ``since`` (pages each deployment).
-
-    A Run FAILED within the window was created before it finished; the caller passes a
-    ``since`` early enough to include Runs whose retries took long.
-    """
-    found: list[RunRecord] = []
-    for deployment_id in ledger.deployments():
-        found.extend(recent_runs(ledger, deployment_id, since))
-    return found
-
-
 def build_health(
     schedules: Iterable[ScheduleRecord],
     ledger: Ledger,
@@ -164,10 +151,12 @@ def build_health(
     """
 
     def has_run(deployment_id: str, due: datetime) -> bool:
-        return ledger.get(scheduled_run_id(deployment_id, due)) is not None
+        if ledger.get(scheduled_run_id(deployment_id, due)) is not None:
+            return True
+        last = ledger.last_scheduled(deployment_id)
+        return last is not None and last.due_at is not None and last.due_at >= due
 
-    # A Run can fail up to the retry budget after it was created; a day's margin covers it.
-    candidates = recent_records(ledger, now - policy.failed_window - timedelta(days=1))
+    candidates = ledger.failures(now - policy.failed_window)
     return Health(
         silent_stops=silent_stops(schedules, has_run, now, policy.silent_grace, alive_since),
         stuck_runs=stuck_runs(ledger.unfinished(), leases, now, policy.stuck_after),

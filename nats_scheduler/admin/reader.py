@@ -31,12 +31,18 @@ from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 
 from ..clock import Clock, SystemClock
-from ..core.events import RunRecord, ScheduleRecord, decode_run_event, decode_schedule_event
+from ..core.events import RunRecord, ScheduleRecord, decode_schedule_event
 from ..jetstream.connection import server_version
+from ..jetstream.history import RunHistory
 from ..jetstream.leases import LeaseValue
+from ..jetstream.runlog import RunLog
+from ..jetstream.store import Store
 from ..names import Names, token
 from ..projections.ledger import Ledger
 from ..projections.schedule_table import ScheduleTable
+from ..runtime.reads import RunReads, load_ledger, load_recent
+from ..seam import SchedulerError
+from ..settings import NatsSettings
 from .api import (
     AdminError,
     ClusterStatus,
@@ -51,7 +57,7 @@ from .api import (
     StoreHealth,
 )
 from .health import HealthPolicy, build_health
-from .views import check_limit, run_page, schedule_detail, schedule_views
+from .views import probe_limit, run_list, schedule_detail, schedule_views
 
 T = TypeVar("T")
 
@@ -85,7 +91,8 @@ async def guarded(what: str, op: Callable[[], Awaitable[T]]) -> T:
         return await op()
     except AdminError:
         raise
-    except (nats.errors.Error, nats.js.errors.Error, TimeoutError, OSError) as exc:
+    except (nats.errors.Error, nats.js.errors.Error, TimeoutError, OSError,
+            SchedulerError) as exc:
         raise _unreadable(what) from exc
 
 
@@ -209,15 +216,21 @@ class StoreReader:
             table.apply(item.seq, decode_schedule_event(item.data).schedule)
         return table
 
-    async def ledger(self, deployment_id: str | None = None) -> Ledger:
-        """The Runs of one deployment, or of all deployments."""
-        subject = (self.names.runs_filter if deployment_id is None
-                   else self.names.deployment_runs_filter(deployment_id))
-        stored = await guarded("runs", lambda: last_per_subject(
-            self.nc, self.names.runs_stream, subject, timeout=self.timeout))
+    def _reads(self) -> tuple[RunHistory, RunReads]:
+        """History reads over this connection (the provider's own code, no process needed)."""
+        store = Store(self.nc, NatsSettings(prefix=self.names.prefix,
+                                            store_retry_seconds=self.timeout))
+        history = RunHistory(store)
+        return history, RunReads(history, RunLog(store, Ledger()), Ledger(), self.clock)
+
+    async def ledger(self) -> Ledger:
+        """Every open Run, each deployment's newest Run and the last day's Runs."""
+        history, _ = self._reads()
         ledger = Ledger()
-        for item in stored:
-            ledger.apply(item.seq, decode_run_event(item.data).run)
+        now = self.clock.now()
+        open_runs = await self.leases()
+        await guarded("runs", lambda: load_ledger(ledger, history, open_runs, now))
+        await guarded("runs", lambda: load_recent(ledger, history, now))
         return ledger
 
     async def schedule_record(self, deployment_id: str) -> ScheduleRecord | None:
@@ -227,13 +240,9 @@ class StoreReader:
         return None if stored is None else decode_schedule_event(stored.data).schedule
 
     async def run_record(self, run_id: str) -> RunRecord | None:
-        subject = self.names.run_lookup_filter(_checked(run_id, "run ID"))
-        stored = await guarded("a run", lambda: last_message(
-            self.nc, self.names.runs_stream, subject, timeout=self.timeout))
-        if stored is None:
-            return None
-        record = decode_run_event(stored.data).run
-        return record if record.run_id == run_id else None
+        """A retained Run by ID, or None."""
+        _, reads = self._reads()
+        return await guarded("a run", lambda: reads.find(_checked(run_id, "run ID")))
 
     async def leases(self) -> dict[str, LeaseValue]:
         """run_id -> lease of every lease currently stored (expired ones included)."""
@@ -260,15 +269,21 @@ class StoreReader:
         record = await self.schedule_record(deployment_id)
         if record is None:
             raise AdminError(ErrorCode.NOT_FOUND, f"deployment {deployment_id!r} has no schedule")
-        ledger = await self.ledger(deployment_id)
+        ledger = await self.ledger()
         return schedule_detail(record, ledger, self.clock.now())
 
     async def list_runs(self, deployment_id: str, *, limit: int = 50,
                         before: str | None = None) -> RunList:
-        check_limit(limit)
+        probe = probe_limit(limit)
         _checked(deployment_id, "deployment ID")
-        ledger = await self.ledger(deployment_id)
-        return run_page(ledger, deployment_id, limit, before)
+        _, reads = self._reads()
+        try:
+            page = await guarded("runs", lambda: reads.page(deployment_id, probe, before))
+        except KeyError:
+            raise AdminError(
+                ErrorCode.NOT_FOUND,
+                f"run {before!r} is not a run of deployment {deployment_id!r}") from None
+        return run_list(page, limit)
 
     async def get_run(self, run_id: str) -> RunView:
         record = await self.run_record(run_id)

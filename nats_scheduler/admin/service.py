@@ -68,7 +68,7 @@ from .api import (
 )
 from .health import HealthPolicy, build_health
 from .reader import REPLICA_STATUS_ENDPOINT, StoreReader, lease_expiries
-from .views import run_page, schedule_detail, schedule_view, schedule_views
+from .views import probe_limit, run_list, schedule_detail, schedule_view, schedule_views
 
 if TYPE_CHECKING:
     from ..provider import NatsSchedulerProvider
@@ -287,7 +287,9 @@ class AdminService:
     # ------------------------------------------------------------------ Runs
 
     async def list_runs(self, req: RunListRequest) -> RunList:
-        return run_page(self.provider.ledger, req.deployment_id, req.limit, req.before)
+        probe = await self.provider.runs_page(req.deployment_id, limit=probe_limit(req.limit),
+                                              before=req.before)
+        return run_list(probe, req.limit)
 
     async def get_run(self, req: RunRef) -> RunView:
         run = await self.provider.get_run(req.run_id)

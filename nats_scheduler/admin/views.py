@@ -7,13 +7,12 @@ shapes to these functions, so an answer looks the same whichever of the two prod
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from ..core import calendar
 from ..core.events import RunRecord, ScheduleRecord
 from ..projections.ledger import Ledger
-from ..seam import RunState
 from .api import (
     AdminError,
     ErrorCode,
@@ -47,20 +46,6 @@ def matches(record: ScheduleRecord, text: str | None) -> bool:
     return needle in record.deployment_id.casefold() or needle in record.name.casefold()
 
 
-def recent_runs(ledger: Ledger, deployment_id: str, since: datetime) -> Iterator[RunRecord]:
-    """The deployment's Runs created at or after ``since``, newest first (pages the ledger)."""
-    before: str | None = None
-    while True:
-        page = ledger.page(deployment_id, 200, before)
-        for record in page:
-            if record.created_at < since:
-                return
-            yield record
-        if len(page) < 200:
-            return
-        before = page[-1].run_id
-
-
 def _upcoming(record: ScheduleRecord, now: datetime, count: int) -> list[datetime]:
     if not record.active:
         return []
@@ -72,18 +57,15 @@ def _upcoming(record: ScheduleRecord, now: datetime, count: int) -> list[datetim
 
 def schedule_view(record: ScheduleRecord, ledger: Ledger, now: datetime) -> ScheduleView:
     """One Schedule row: definition, state, next due times, last Run, failures in 24 h."""
-    last = ledger.page(record.deployment_id, 1)
-    failures = sum(
-        1 for r in recent_runs(ledger, record.deployment_id, now - FAILURE_WINDOW)
-        if r.state == RunState.FAILED
-    )
+    last = ledger.last_run(record.deployment_id)
+    failures = len(ledger.failures(now - FAILURE_WINDOW, record.deployment_id))
     derived = {name: getattr(record, name) for name in ScheduleRecord.__struct_fields__}
     return ScheduleView(
         **derived,
         state=schedule_state(record),
         next_due=_upcoming(record, now, NEXT_DUE_COUNT),
-        last_run_state=last[0].state if last else None,
-        last_run_at=last[0].created_at if last else None,
+        last_run_state=last.state if last else None,
+        last_run_at=last.created_at if last else None,
         failures_24h=failures,
     )
 
@@ -125,17 +107,15 @@ def check_limit(limit: int) -> None:
         raise AdminError(ErrorCode.INVALID_REQUEST, f"limit must be between 1 and {MAX_PAGE}")
 
 
-def run_page(ledger: Ledger, deployment_id: str, limit: int, before: str | None) -> RunList:
-    """A page of a deployment's Runs, newest first; ``next_before`` continues it."""
+def run_list(probe: list[RunRecord], limit: int) -> RunList:
+    """A page of Runs as the admin API answers it, from a read of up to ``limit + 1`` Runs
+    (``probe``): ``next_before`` continues it when there is more."""
+    page = probe[:limit]
+    more = len(probe) > limit or len(probe) == limit == MAX_PAGE
+    return RunList(runs=page, next_before=page[-1].run_id if more and page else None)
+
+
+def probe_limit(limit: int) -> int:
+    """How many Runs to read for a page of ``limit``: one more, to know if there is more."""
     check_limit(limit)
-    try:
-        page = ledger.page(deployment_id, limit, before)
-    except KeyError:
-        raise AdminError(
-            ErrorCode.NOT_FOUND,
-            f"run {before!r} is not a run of deployment {deployment_id!r}",
-        ) from None
-    next_before = page[-1].run_id if len(page) == limit else None
-    if next_before is not None and not ledger.page(deployment_id, 1, next_before):
-        next_before = None
-    return RunList(runs=page, next_before=next_before)
+    return min(limit + 1, MAX_PAGE)

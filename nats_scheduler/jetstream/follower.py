@@ -38,12 +38,16 @@ class Follower:
         filter_subject: str,
         on_message: OnMessage,
         heartbeat: float = 1.0,
+        from_seq: int | None = None,
     ) -> None:
+        """``from_seq``: deliver only events from that stream sequence on (new events), not
+        the last event of every subject."""
         self._store = store
         self._stream = stream
         self._filter = filter_subject
         self._on_message = on_message
         self._heartbeat = heartbeat
+        self._from_seq = from_seq
         self._sub: Subscription | None = None
         self._caught_up = asyncio.Event()
         self._target_seq = 0
@@ -52,10 +56,10 @@ class Follower:
     async def start(self, timeout: float = 30.0) -> None:
         """Subscribe and return once every event stored before the call has been applied."""
         self._target_seq = await self._store.last_seq(self._stream)
-        if self._target_seq == 0:
-            self._caught_up.set()
+        if self._target_seq == 0 or self._from_seq is not None:
+            self._caught_up.set()  # nothing to replay: only what comes from now on
         self._sub = await self._store.follow(self._stream, self._filter, self._deliver,
-                                             heartbeat=self._heartbeat)
+                                             heartbeat=self._heartbeat, from_seq=self._from_seq)
         await asyncio.wait_for(self._caught_up.wait(), timeout)
 
     async def _deliver(self, msg: Msg) -> None:

@@ -17,6 +17,7 @@ clocks must agree to well within the lease length (docs/architecture.md).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -53,6 +54,9 @@ class Lease:
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(LeaseValue).decode
+
+CLOSED_MARKER_TTL = 10.0
+"""Seconds the purge marker of a finished Run's key lives; then the key is gone entirely."""
 
 
 class Leases:
@@ -138,11 +142,57 @@ class Leases:
             return None
         return Lease(lease.run_id, lease.key, revision, value)
 
-    async def release(self, lease: Lease) -> None:
-        """Give the lease up (only if it is still ours: CAS on the revision)."""
+    async def release(self, lease: Lease, *, finished: bool) -> None:
+        """Give the lease up.
+
+        A finished Run's key is purged: the Run is no longer open (the purge marker itself
+        expires after ``CLOSED_MARKER_TTL``). An unfinished Run's key stays, with an expiry of
+        now (a CAS on the revision, so only while it is still ours): the Run stays open and
+        any replica may take it at once.
+        """
         try:
-            await self._kv.delete(lease.key, last=lease.revision)
+            if finished:
+                await self._kv.purge(lease.key, msg_ttl=CLOSED_MARKER_TTL)
+            else:
+                free = msgspec.structs.replace(lease.value, expires_at=self._clock.now())
+                await self._kv.update(lease.key, _encode(free), last=lease.revision)
         except nats.js.errors.KeyWrongLastSequenceError:
             pass
         except (nats.errors.Error, nats.js.errors.Error, OSError):
             log.debug("releasing lease %s failed; it expires by itself", lease.key, exc_info=True)
+
+    async def announce(self, run_id: str, grace: float) -> None:
+        """Open the Run's key before the Run is stored, held by this process for ``grace``.
+
+        Every unfinished Run has a key, so a process that starts finds them all without
+        reading the history. The creator holds it for the claim grace; if it dies before
+        claiming, any replica takes the Run once that runs out. Announcing a Run that already
+        has a key changes nothing.
+        """
+        value = LeaseValue(run_id=run_id, holder=self.identity,
+                           expires_at=self._clock.now() + timedelta(seconds=grace),
+                           acquired_at=self._clock.now())
+        with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):
+            await self._kv.create(self._key(run_id), _encode(value))
+
+    async def forget(self, run_id: str) -> None:
+        """Close the key of a Run that was announced but never stored."""
+        await self._kv.purge(self._key(run_id), msg_ttl=CLOSED_MARKER_TTL)
+
+    async def open_runs(self) -> dict[str, LeaseValue]:
+        """run_id -> lease value of every open Run (one read of the bucket's live keys)."""
+        found: dict[str, LeaseValue] = {}
+        watcher = await self._kv.watchall(ignore_deletes=True)
+        try:
+            async for entry in watcher:
+                if entry is None:
+                    break  # caught up with the bucket
+                if entry.value and entry.operation not in ("DEL", "PURGE"):
+                    try:
+                        value = _decode(entry.value)
+                    except msgspec.DecodeError:
+                        continue
+                    found[value.run_id] = value
+        finally:
+            await watcher.stop()
+        return found

@@ -9,20 +9,51 @@ event is appended on the sequence the writer last saw: the single-writer rule.
 
 from __future__ import annotations
 
+import asyncio
+
 from ..core.events import RunCreated, RunEventType, RunRecord, decode_run_event, encode
 from ..names import run_event_msg_id
 from ..projections.ledger import Ledger
 from .errors import Conflict
+from .history import RunHistory
+from .leases import Leases
 from .store import Store
 
 
 class RunLog:
-    """Append and read the events of Runs."""
+    """Append and read the events of Runs.
 
-    def __init__(self, store: Store, ledger: Ledger) -> None:
+    ``history`` and ``leases`` are where a new Run is announced before it is stored (its
+    history entry and its open key); ``claim_grace`` is how long the announcing process
+    holds the Run before any replica may take it.
+    """
+
+    def __init__(
+        self, store: Store, ledger: Ledger, *, history: RunHistory | None = None,
+        leases: Leases | None = None, claim_grace: float = 1.0,
+    ) -> None:
         self._store = store
         self._ledger = ledger
         self._names = store.names
+        self._history = history
+        self._leases = leases
+        self._claim_grace = claim_grace
+
+    async def announce(self, run: RunRecord) -> None:
+        """Write the Run's history entry and open its key, before its ``run.created``.
+
+        Both are idempotent, so every replica firing the same due time may announce it.
+        A Run announced but never stored (its creator died, or lost the Schedule's freshness
+        check) leaves an entry that reads skip and a key that the next start closes.
+        """
+        writes = []
+        if self._history is not None:
+            writes.append(self._history.announce(run))
+        if self._leases is not None:
+            writes.append(self._store.retrying(
+                "could not open a run",
+                lambda: self._leases.announce(run.run_id, self._claim_grace)))  # type: ignore[union-attr]
+        await asyncio.gather(*writes)
 
     async def create(
         self, event: RunCreated, *, msg_id: str, retry_seconds: float | None = None

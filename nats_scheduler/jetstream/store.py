@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
 
+import msgspec
 import nats
 import nats.errors
 import nats.js.errors
@@ -29,6 +30,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import (
+    ConsumerConfig,
     DeliverPolicy,
     DiscardPolicy,
     KeyValueConfig,
@@ -49,8 +51,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-LEASE_BUCKET_TTL_SECONDS = 24 * 3600.0
-"""Lease keys (and their delete markers) age out after a day; live leases renew far sooner."""
+DIRECT_GET_TIMEOUT = 2.0
+"""Seconds a batched read may take before it counts as a transient failure."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,8 @@ class Store:
             deny_delete=True,
             duplicate_window=120.0,
         )
+        settings = self.settings
+        retention_age = settings.retention_days * 86400.0
         return [
             StreamConfig(
                 name=names.schedules_stream,
@@ -136,6 +140,14 @@ class Store:
                 subjects=[names.runs_filter],
                 description="AstraBox scheduler: Run events (created ... dispatched/failed)",
                 **common,  # type: ignore[arg-type]
+            ),
+            StreamConfig(
+                name=names.index_stream,
+                subjects=[names.index_filter],
+                description="AstraBox scheduler: history index, one entry per Run, newest kept",
+                **{**common, "max_msgs_per_subject": settings.retention_runs,  # type: ignore[arg-type]
+                   "max_age": retention_age,
+                   "duplicate_window": min(120.0, retention_age)},
             ),
         ]
 
@@ -157,6 +169,10 @@ class Store:
                 return
             except nats.js.errors.BadRequestError:
                 info = await self.js.stream_info(wanted.name)  # another replica won the race
+        if wanted.name == self.names.index_stream and limits_differ(wanted, info.config):
+            # The retention settings changed: the index follows them (its limits ARE the
+            # retention; the Run events are purged to match by the provider).
+            info = await self.js.update_stream(wanted)
         problems = incompatibilities(wanted, info.config)
         if problems:
             raise SchedulerConfigurationError(
@@ -167,9 +183,8 @@ class Store:
     async def _ensure_kv(self) -> KeyValue:
         config = KeyValueConfig(
             bucket=self.names.leases_bucket,
-            description="AstraBox scheduler: dispatch leases, one key per Run in flight",
+            description="AstraBox scheduler: one key per unfinished Run, holding its lease",
             history=1,
-            ttl=LEASE_BUCKET_TTL_SECONDS,
             storage=StorageType.FILE,
             replicas=self.settings.replicas,
         )
@@ -216,6 +231,16 @@ class Store:
 
         return await self.retrying("could not store an event", op, retry_seconds)
 
+    async def publish(self, subject: str, data: bytes, *, msg_id: str) -> int:
+        """Append unconditionally (de-duplicated by ``msg_id``); returns the sequence."""
+        headers = {HDR_MSG_ID: msg_id}
+
+        async def op() -> int:
+            ack = await self.js.publish(subject, data, headers=headers, timeout=2.0)
+            return ack.seq
+
+        return await self.retrying("could not store an event", op)
+
     async def _last(
         self, subject: str, stream: str | None = None, *, next_from: int | None = None
     ) -> StoredMessage | None:
@@ -261,21 +286,22 @@ class Store:
 
     async def follow(
         self, stream: str, filter_subject: str, cb: Callable[[Msg], Awaitable[None]],
-        *, heartbeat: float,
+        *, heartbeat: float, from_seq: int | None = None,
     ) -> JetStreamContext.PushSubscription:
-        """An ordered consumer delivering the last event per subject, then every new one.
+        """An ordered consumer delivering the last event per subject (or, with ``from_seq``,
+        every event from that sequence on), then every new one.
 
         nats-py's ordered consumer recreates itself from the last seen stream sequence after
         a gap or missed heartbeats, so a follower heals after reconnects and leader changes.
         """
+        if from_seq is None:
+            return await self.js.subscribe(
+                filter_subject, stream=stream, cb=cb, ordered_consumer=True,
+                idle_heartbeat=heartbeat, deliver_policy=DeliverPolicy.LAST_PER_SUBJECT)
         return await self.js.subscribe(
-            filter_subject,
-            stream=stream,
-            cb=cb,
-            ordered_consumer=True,
-            idle_heartbeat=heartbeat,
-            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
-        )
+            filter_subject, stream=stream, cb=cb, ordered_consumer=True,
+            idle_heartbeat=heartbeat, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            config=ConsumerConfig(opt_start_seq=from_seq))
 
     @property
     def connected(self) -> bool:
@@ -287,6 +313,45 @@ class Store:
         """The server's largest message, in bytes (0 when not known)."""
         return int(self.nc.max_payload or 0)
 
+    async def direct_batch(self, stream: str, request: dict[str, object]) -> list[Msg]:
+        """A batched direct get (ADR-31): every message the request selects, in order.
+
+        nats-py has no call for batched direct gets (its ``get_msg`` fetches one message), so
+        this sends the server's ``$JS.API.DIRECT.GET`` request with a reply inbox and collects
+        the answers up to the end-of-batch status (204). A batch may be answered by a stream
+        follower (ADR-8): fine for history, which is read-only; decisions read the leader.
+        """
+        async def op() -> list[Msg]:
+            inbox = self.nc.new_inbox()
+            got: list[Msg] = []
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+            async def collect(msg: Msg) -> None:
+                status = (msg.headers or {}).get("Status")
+                if status is None:
+                    got.append(msg)
+                elif not done.done():
+                    done.set_result(None)  # 204 end of batch, 404 nothing matched
+
+            sub = await self.nc.subscribe(inbox, cb=collect)
+            try:
+                await self.nc.publish(f"$JS.API.DIRECT.GET.{stream}",
+                                      msgspec.json.encode(request), reply=inbox)
+                await asyncio.wait_for(done, DIRECT_GET_TIMEOUT)
+            finally:
+                await sub.unsubscribe()
+            return got
+
+        return await self.retrying("could not read the history", op)
+
+    async def purge_subject(
+        self, stream: str, subject: str, *, before_seq: int | None = None
+    ) -> None:
+        """Remove the messages of ``subject`` (wildcards allowed): all of them, or those stored
+        before ``before_seq``."""
+        await self.retrying("could not apply the history retention",
+                            lambda: self.js.purge_stream(stream, subject=subject, seq=before_seq))
+
     def _stream_of(self, subject: str) -> str:
         if subject.startswith(f"{self.names.prefix}.run."):
             return self.names.runs_stream
@@ -297,6 +362,12 @@ class Store:
             await asyncio.wait_for(self.nc.close(), 5.0)
         except Exception:  # closing a broken connection must not fail a stop()
             log.debug("closing the connection failed", exc_info=True)
+
+
+def limits_differ(wanted: StreamConfig, actual: StreamConfig) -> bool:
+    """Whether a stream's count and age limits differ from the wanted ones."""
+    return (actual.max_msgs_per_subject, actual.max_age) != (
+        wanted.max_msgs_per_subject, wanted.max_age)
 
 
 def incompatibilities(wanted: StreamConfig, actual: StreamConfig) -> list[str]:
@@ -311,7 +382,7 @@ def incompatibilities(wanted: StreamConfig, actual: StreamConfig) -> list[str]:
     if actual.retention not in (None, RetentionPolicy.LIMITS):
         problems.append("it deletes events once they are read, but events are the history")
     per_subject = actual.max_msgs_per_subject
-    if per_subject not in (None, -1):
+    if per_subject not in (None, -1, wanted.max_msgs_per_subject):
         problems.append(f"it keeps only {per_subject} events per Run or Schedule, not all of them")
     if actual.discard not in (None, DiscardPolicy.OLD):
         problems.append("it refuses new events when full instead of ageing out old ones")

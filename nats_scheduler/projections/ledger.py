@@ -1,83 +1,144 @@
-"""The Run ledger: a projection of the Run events that answers list_runs and get_run.
+"""The Run ledger: what one process keeps in memory about Runs, bounded whatever the history.
 
-It holds the latest state of every Run and, per deployment, the Runs' keys sorted by
-``(created_at, run_id)``, so ``list_runs(limit=50)`` is a bisect plus a slice whatever the
-length of the history, and it never rescans events. It also keeps the set of unfinished Runs
-for the recovery sweep. It is fed by a :class:`~nats_scheduler.jetstream.follower.Follower`
-and by the
-provider's own writes (read-your-writes); both apply by stream sequence, so order and
-repetition do not matter.
+It holds three things, none of which grows with the number of Runs ever made:
+
+- **every unfinished Run** (PENDING or DISPATCHING): the recovery sweep's work list. Seeded at
+  start from the open-Run keys of the lease bucket, then kept current by the Run follower;
+- **the most recently touched Runs** (at most ``recent_limit``): read-your-writes for
+  ``get_run`` and for the first page of ``list_runs`` right after this process wrote;
+- **a summary per deployment**: its newest Run, its newest scheduled Run and its FAILED Runs
+  of the last day (at most ``MAX_FAILURES``), for the operator views and health signals.
+
+The history itself is read from the server (:mod:`nats_scheduler.jetstream.history`). Both the
+follower and the provider's own writes apply by stream sequence, so order and repetition do
+not matter.
 """
 
 from __future__ import annotations
 
-import bisect
+from collections import OrderedDict
 from collections.abc import Callable
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from ..core.events import RunRecord
+from ..seam import RunState, Trigger
 
-Key = tuple[datetime, str]
 Listener = Callable[[RunRecord], None]
+
+FAILURE_MEMORY = timedelta(hours=25)
+"""How long a deployment's FAILED Runs stay in its summary (the views show the last 24 h)."""
+
+MAX_FAILURES = 200
+"""FAILED Runs kept per deployment summary; older ones are dropped first."""
+
+
+@dataclass
+class DeploymentSummary:
+    """What the views need of one deployment's history, without the history."""
+
+    last: RunRecord | None = None
+    last_scheduled: RunRecord | None = None
+    failures: dict[str, RunRecord] = field(default_factory=dict)
+
+    def note(self, record: RunRecord) -> None:
+        if self.last is None or _order(record) >= _order(self.last):
+            self.last = record
+        if record.trigger == Trigger.SCHEDULE and (
+                self.last_scheduled is None or _order(record) >= _order(self.last_scheduled)):
+            self.last_scheduled = record
+        if record.state == RunState.FAILED:
+            self.failures[record.run_id] = record
+            if len(self.failures) > MAX_FAILURES:
+                oldest = min(self.failures.values(), key=lambda r: r.updated_at)
+                del self.failures[oldest.run_id]
+
+    def forget_before(self, cutoff: datetime) -> None:
+        for run_id in [r for r, rec in self.failures.items() if rec.updated_at < cutoff]:
+            del self.failures[run_id]
+
+
+def _order(record: RunRecord) -> tuple[datetime, str]:
+    return (record.created_at, record.run_id)
 
 
 class Ledger:
-    """Latest state per Run, ordered per deployment."""
+    """Unfinished Runs, recently touched Runs and per-deployment summaries."""
 
-    def __init__(self) -> None:
-        self._runs: dict[str, tuple[int, RunRecord]] = {}
-        self._by_deployment: dict[str, list[Key]] = {}
-        self._unfinished: set[str] = set()
+    def __init__(self, recent_limit: int = 10_000) -> None:
+        self._recent: OrderedDict[str, tuple[int, RunRecord]] = OrderedDict()
+        self._unfinished: dict[str, tuple[int, RunRecord]] = {}
+        self._summaries: dict[str, DeploymentSummary] = {}
         self._listeners: list[Listener] = []
+        self._recent_limit = recent_limit
+        self.created = 0
+        """Runs this ledger saw created (first seen in state PENDING with no attempt)."""
 
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener(record)`` after every change applied."""
         self._listeners.append(listener)
 
+    def _known(self, run_id: str) -> tuple[int, RunRecord] | None:
+        return self._unfinished.get(run_id) or self._recent.get(run_id)
+
     def apply(self, seq: int, record: RunRecord) -> bool:
         """Record ``record`` as of stream sequence ``seq``; older news is ignored."""
-        known = self._runs.get(record.run_id)
+        known = self._known(record.run_id)
         if known is not None and known[0] >= seq:
             return False
-        self._runs[record.run_id] = (seq, record)
-        if known is None:
-            keys = self._by_deployment.setdefault(record.deployment_id, [])
-            bisect.insort(keys, (record.created_at, record.run_id))
+        if known is None and record.attempts == 0 and record.state == RunState.PENDING:
+            self.created += 1
+        entry = (seq, record)
         if record.finished:
-            self._unfinished.discard(record.run_id)
+            self._unfinished.pop(record.run_id, None)
         else:
-            self._unfinished.add(record.run_id)
+            self._unfinished[record.run_id] = entry
+        self._recent[record.run_id] = entry
+        self._recent.move_to_end(record.run_id)
+        while len(self._recent) > self._recent_limit:
+            self._recent.popitem(last=False)
+        self._summaries.setdefault(record.deployment_id, DeploymentSummary()).note(record)
         for listener in self._listeners:
             listener(record)
         return True
 
     def get(self, run_id: str) -> RunRecord | None:
-        entry = self._runs.get(run_id)
+        """A Run this process knows of right now (unfinished, or recently touched)."""
+        entry = self._known(run_id)
         return entry[1] if entry else None
 
-    def page(self, deployment_id: str, limit: int, before: str | None = None) -> list[RunRecord]:
-        """Up to ``limit`` Runs, newest first; with ``before``, only Runs older than it.
-
-        Raises KeyError when ``before`` is not a Run of this deployment.
-        """
-        keys = self._by_deployment.get(deployment_id, [])
-        end = len(keys)
-        if before is not None:
-            cursor = self._runs.get(before)
-            if cursor is None or cursor[1].deployment_id != deployment_id:
-                raise KeyError(before)
-            end = bisect.bisect_left(keys, (cursor[1].created_at, before))
-        start = max(0, end - limit)
-        return [self._runs[run_id][1] for _, run_id in reversed(keys[start:end])]
-
     def unfinished(self) -> list[RunRecord]:
-        """Runs still PENDING or DISPATCHING."""
-        return [self._runs[r][1] for r in self._unfinished]
+        """Runs still PENDING or DISPATCHING, cluster-wide."""
+        return [record for _, record in self._unfinished.values()]
 
-    def count(self, deployment_id: str | None = None) -> int:
-        if deployment_id is None:
-            return len(self._runs)
-        return len(self._by_deployment.get(deployment_id, []))
+    def known_runs(self, deployment_id: str) -> list[RunRecord]:
+        """The deployment's Runs held in memory (unfinished and recently touched)."""
+        runs = {r.run_id: r for _, r in self._recent.values() if r.deployment_id == deployment_id}
+        runs.update((r.run_id, r) for _, r in self._unfinished.values()
+                    if r.deployment_id == deployment_id)
+        return list(runs.values())
+
+    def last_run(self, deployment_id: str) -> RunRecord | None:
+        summary = self._summaries.get(deployment_id)
+        return summary.last if summary else None
+
+    def last_scheduled(self, deployment_id: str) -> RunRecord | None:
+        summary = self._summaries.get(deployment_id)
+        return summary.last_scheduled if summary else None
+
+    def failures(self, since: datetime, deployment_id: str | None = None) -> list[RunRecord]:
+        """FAILED Runs that changed at or after ``since`` (of one deployment, or of all)."""
+        chosen = ([self._summaries[deployment_id]] if deployment_id in self._summaries
+                  else [] if deployment_id is not None else list(self._summaries.values()))
+        found = []
+        for summary in chosen:
+            summary.forget_before(since - FAILURE_MEMORY)
+            found.extend(r for r in summary.failures.values() if r.updated_at >= since)
+        return found
 
     def deployments(self) -> list[str]:
-        return list(self._by_deployment)
+        return list(self._summaries)
+
+    def count(self) -> int:
+        """Runs held in memory right now (bounded by ``recent_limit`` plus the unfinished)."""
+        return len(self._recent.keys() | self._unfinished.keys())

@@ -200,8 +200,10 @@ class Dispatcher:
                 renewer.cancel()
                 self._holdings.pop(run_id, None)
                 if not holding.lost:
+                    finished = holding.record is not None and holding.record.finished
                     with contextlib.suppress(Exception):
-                        await asyncio.shield(self._leases.release(holding.lease))
+                        await asyncio.shield(self._leases.release(holding.lease,
+                                                                  finished=finished))
 
     async def _attempts(self, holding: _Holding) -> None:
         known = self._ledger.get(holding.lease.run_id)

@@ -28,7 +28,7 @@ from datetime import datetime
 
 from ..clock import Clock
 from ..core import calendar, runcore, validation
-from ..core.events import RunRecord, ScheduleRecord
+from ..core.events import RunCreated, RunRecord, ScheduleRecord
 from ..jetstream.runlog import RunLog
 from ..jetstream.schedulelog import ScheduleLog
 from ..jetstream.store import Store
@@ -89,6 +89,7 @@ class Firing:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.store.retry_seconds
         delay = 0.05
+        announced = False
         while True:
             read_at = self.clock.now()
             record = await self.schedules.read(deployment_id)
@@ -98,6 +99,9 @@ class Firing:
                 raise InvalidSchedule(
                     f"{due.isoformat()} is not a due time of deployment {deployment_id!r}"
                 )
+            if not announced:  # once: its history entry and open key, before the create
+                await self.runs.announce(self._event(record, due, read_at).run)
+                announced = True
             # Past the deadline a busy process still fires (liveness): the create may then
             # leave on an older read, and the gate checks such a Run against the Schedule
             # as it stood when the Run was stored.
@@ -128,14 +132,9 @@ class Firing:
             raise _StaleRead()
         if not self.store.connected:
             raise SchedulerUnavailable("the scheduler store is unavailable: not connected")
-        deployment_id = record.deployment_id
-        event = runcore.create(
-            run_id=scheduled_run_id(deployment_id, due), deployment_id=deployment_id,
-            trigger=Trigger.SCHEDULE, due_at=due, payload=record.payload, now=now,
-            actor=self.identity,
-        )
+        event = self._event(record, due, now)
         _, stored, created = await self.runs.create(
-            event, msg_id=scheduled_create_msg_id(deployment_id, due), retry_seconds=0
+            event, msg_id=scheduled_create_msg_id(record.deployment_id, due), retry_seconds=0
         )
         if created:
             # Acknowledged within the bound of the read: stored within it too, so the gate
@@ -143,6 +142,13 @@ class Firing:
             age = (self.clock.now() - read_at).total_seconds()
             self.submit(stored, age <= PAUSE_VISIBILITY_SECONDS)
         return stored
+
+    def _event(self, record: ScheduleRecord, due: datetime, now: datetime) -> RunCreated:
+        return runcore.create(
+            run_id=scheduled_run_id(record.deployment_id, due),
+            deployment_id=record.deployment_id, trigger=Trigger.SCHEDULE, due_at=due,
+            payload=record.payload, now=now, actor=self.identity,
+        )
 
     async def may_start(self, record: RunRecord, *, vetted: bool) -> bool:
         """The gate: False for a scheduled Run stored only after its Schedule stopped firing.

@@ -2,21 +2,29 @@
 
 :class:`Runtime` connects the store, loads the projections, then starts the loops that
 depend on them (the ticker fires through the firing protocol; the dispatcher and its
-recovery sweep call the handler), and stops them in the reverse order: firing first, then a
-bounded drain of handler calls, then the projections and the connection. The provider
-(:mod:`nats_scheduler.provider`) owns one while it runs and answers the seam's calls with
-its logs and projections.
+recovery sweep call the handler; the retention loop trims the history), and stops them in
+the reverse order: firing first, then a bounded drain of handler calls, then the projections
+and the connection. The provider (:mod:`nats_scheduler.provider`) owns one while it runs and
+answers the seam's calls with its logs, reads and projections.
+
+Start-up reads never depend on the history's length (docs/architecture.md, "History and
+retention"): the Schedules (one event per Schedule), the open Runs (one key per unfinished
+Run), each deployment's newest Run, and from then on the new Run events only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+from datetime import timedelta
 
 from ..clock import Clock
 from ..core.events import RunRecord, decode_run_event, decode_schedule_event
 from ..core.runcore import RetryPolicy
 from ..jetstream.connection import connect
 from ..jetstream.follower import Follower
+from ..jetstream.history import RunHistory
 from ..jetstream.leases import Leases
 from ..jetstream.runlog import RunLog
 from ..jetstream.schedulelog import ScheduleLog
@@ -27,20 +35,30 @@ from ..seam import RunHandler, SchedulerUnavailable
 from ..settings import NatsSettings
 from .dispatcher import Dispatcher
 from .firing import Firing
+from .reads import RunReads, load_ledger, load_recent
 from .ticker import Fire, Ticker
+
+log = logging.getLogger(__name__)
 
 
 class Runtime:
-    """The store, the logs, the projections' followers and the loops of one process."""
+    """The store, the logs, the reads, the projections' followers and the loops of one process."""
 
     def __init__(
         self, store: Store, *, ledger: Ledger, table: ScheduleTable, clock: Clock, identity: str
     ) -> None:
+        settings = store.settings
         self.store = store
         self.ledger = ledger
         self.table = table
+        self.settings = settings
+        self.claim_grace = min(1.0, settings.lease_seconds)
+        self.history = RunHistory(store)
+        self.leases = Leases(store, clock, identity, settings.lease_seconds)
         self.schedules = ScheduleLog(store, table)
-        self.runs = RunLog(store, ledger)
+        self.runs = RunLog(store, ledger, history=self.history, leases=self.leases,
+                           claim_grace=self.claim_grace)
+        self.reads = RunReads(self.history, self.runs, ledger, clock)
         self._clock = clock
         self._identity = identity
         self.firing = Firing(store=store, schedules=self.schedules, runs=self.runs, clock=clock,
@@ -57,10 +75,10 @@ class Runtime:
     ) -> Runtime:
         """Connect and prepare the store (streams, lease bucket) and load the projections."""
         store = Store(await connect(settings, identity), settings)
-        runtime = cls(store, ledger=ledger, table=table, clock=clock, identity=identity)
         try:
             await store.check_server()
             await store.ensure()
+            runtime = cls(store, ledger=ledger, table=table, clock=clock, identity=identity)
             await runtime._load_projections(settings)
         except BaseException:
             await store.close()
@@ -68,6 +86,12 @@ class Runtime:
         return runtime
 
     async def _load_projections(self, settings: NatsSettings) -> None:
+        """Schedules from their last events; Runs from the open keys, then new events only.
+
+        The Run events' last sequence is read BEFORE the open keys: a Run created after that
+        point is delivered by the follower, one created before it had its key opened before
+        it was stored, so the key read finds it. Nothing falls between the two.
+        """
         names = self.store.names
 
         def on_schedule(seq: int, _subject: str, data: bytes) -> None:
@@ -76,11 +100,12 @@ class Runtime:
         def on_run(seq: int, _subject: str, data: bytes) -> None:
             self.ledger.apply(seq, decode_run_event(data).run)
 
+        runs_from = await self.store.last_seq(names.runs_stream) + 1
         self.followers = [
             Follower(self.store, stream=names.schedules_stream,
                      filter_subject=names.schedules_filter, on_message=on_schedule),
-            Follower(self.store, stream=names.runs_stream,
-                     filter_subject=names.runs_filter, on_message=on_run),
+            Follower(self.store, stream=names.runs_stream, filter_subject=names.runs_filter,
+                     on_message=on_run, from_seq=runs_from),
         ]
         try:
             for follower in self.followers:
@@ -89,9 +114,18 @@ class Runtime:
             raise SchedulerUnavailable(
                 "the scheduler store is unavailable: loading the Schedules and Runs timed out"
             ) from exc
+        open_runs = await self.store.retrying("could not read the open runs",
+                                              self.leases.open_runs)
+        never_stored = await load_ledger(self.ledger, self.history, open_runs,
+                                         self._clock.now())
+        for run_id in never_stored:
+            if open_runs[run_id].expires_at <= self._clock.now():
+                with contextlib.suppress(Exception):
+                    await self.leases.forget(run_id)
 
     def start_loops(self, handler: RunHandler, settings: NatsSettings, fire: Fire) -> None:
-        """Start the dispatcher's recovery sweep and the ticker, which fires through ``fire``.
+        """Start the dispatcher's recovery sweep, the ticker (firing through ``fire``), the
+        retention loop and the warm-up of the last day's Runs.
 
         ``fire`` is the provider's ``fire_due``: one code path for every due time, whether the
         ticker or a test fires it.
@@ -99,14 +133,14 @@ class Runtime:
         dispatcher = Dispatcher(
             runlog=self.runs,
             ledger=self.ledger,
-            leases=Leases(self.store, self._clock, self._identity, settings.lease_seconds),
+            leases=self.leases,
             handler=handler,
             clock=self._clock,
             policy=RetryPolicy(settings.retry_attempts, settings.retry_initial,
                                settings.retry_cap, settings.retry_total),
             call_timeout=settings.call_timeout,
             max_concurrent=settings.max_concurrent_dispatch,
-            claim_grace=min(1.0, settings.lease_seconds),
+            claim_grace=self.claim_grace,
             gate=self.firing,
         )
         ticker = Ticker(self._clock, fire)
@@ -120,7 +154,32 @@ class Runtime:
                 dispatcher.sweep_forever(max(0.2, settings.lease_seconds / 5)),
                 name="recovery sweep",
             ),
+            asyncio.create_task(self._warm_up(), name="history warm-up"),
+            asyncio.create_task(self._retention_forever(settings.retention_interval),
+                                name="retention"),
         ]
+
+    async def _warm_up(self) -> None:
+        """Load the last day's Runs into the ledger's summaries (failures, last scheduled)."""
+        try:
+            await load_recent(self.ledger, self.history, self._clock.now())
+        except Exception:
+            log.warning("could not load the last day's runs; views fill in as runs change",
+                        exc_info=True)
+
+    async def enforce_retention(self) -> int:
+        """Purge the events of finished Runs past retention, now; returns deployments cut."""
+        deployments = [record.deployment_id for record in self.table.all()]
+        return await self.history.enforce(deployments, self.ledger.unfinished())
+
+    async def _retention_forever(self, interval: float) -> None:
+        while True:
+            await self._clock.sleep_until(self._clock.now() + timedelta(seconds=interval))
+            try:
+                await self.enforce_retention()
+            except Exception:
+                log.warning("applying the history retention failed; trying again later",
+                            exc_info=True)
 
     def submit(self, record: RunRecord) -> None:
         """Dispatch a Run this process just stored (Run now, Replay)."""

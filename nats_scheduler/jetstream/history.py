@@ -1,0 +1,325 @@
+"""The Run history: pages of a deployment's Runs read from the server, and its retention.
+
+No process holds the history in memory (docs/architecture.md, "History and retention").
+Each Run gets one small entry on its deployment's index subject (``P.runidx.<deployment>``)
+before its ``run.created`` is appended. The index stream's limits ARE the retention: the
+server keeps the newest ``retention_runs`` entries per deployment, none older than
+``retention_days``. A Run is retained while its entry is, or while it is unfinished;
+:meth:`RunHistory.enforce` purges the events of finished Runs that fell out.
+
+A page (:meth:`RunHistory.page`) is at most a few round trips, whatever the history's length:
+the index entries of a time window ending at the cursor (a batched direct get, ADR-31,
+starting at a time), widened until it holds a page, then the Runs' current states
+(one batched "last message per subject" read).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+
+import msgspec
+from nats.aio.msg import Msg
+
+from ..core.events import RunRecord, decode_run_event
+from ..names import index_msg_id, untoken
+from .store import Store
+
+SLACK = timedelta(seconds=60)
+"""How far the server's storing time of an index entry may be from its Run's ``created_at``
+(the writer's clock; see docs/architecture.md on clocks). Windows are widened by it."""
+
+MAX_BATCH = 1000
+"""Messages one batched read asks for."""
+
+MAX_SUBJECTS = 1000
+"""Subjects one "last message per subject" read asks for (the server allows 1024)."""
+
+
+class IndexEntry(msgspec.Struct, frozen=True):
+    """One Run in its deployment's history index."""
+
+    run_id: str
+    created_at: datetime
+
+    @property
+    def key(self) -> tuple[datetime, str]:
+        """The history's order: ``created_at``, then ``run_id``."""
+        return (self.created_at, self.run_id)
+
+
+_encode = msgspec.json.Encoder().encode
+_decode_entry = msgspec.json.Decoder(IndexEntry).decode
+
+
+class _Stored(msgspec.Struct, frozen=True):
+    entry: IndexEntry
+    seq: int
+    stored_at: datetime
+    pending: int
+
+
+def _run_key(record: RunRecord) -> tuple[datetime, str]:
+    return (record.created_at, record.run_id)
+
+
+def _iso(instant: datetime) -> str:
+    return instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _stored_at(msg: Msg) -> datetime:
+    text = (msg.headers or {}).get("Nats-Time-Stamp", "")
+    # RFC 3339 with nanoseconds: keep microseconds for datetime.
+    head, _, frac = text.rstrip("Z").partition(".")
+    return datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00")
+
+
+def _index_entry(msg: Msg) -> _Stored | None:
+    headers = msg.headers or {}
+    try:
+        entry = _decode_entry(msg.data)
+    except msgspec.DecodeError:
+        return None  # not ours: never let a foreign message break a page
+    return _Stored(entry, int(headers.get("Nats-Sequence", 0)), _stored_at(msg),
+                   int(headers.get("Nats-Num-Pending", 0)))
+
+
+class RunHistory:
+    """Index entries, pages and retention of the Run history of one prefix."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._names = store.names
+        settings = store.settings
+        self.retention_age = timedelta(days=settings.retention_days)
+        self.retention_runs = settings.retention_runs
+
+    # ------------------------------------------------------------------ writing
+
+    async def announce(self, record: RunRecord) -> None:
+        """Write the Run's index entry (before its ``run.created``; repeats are one entry)."""
+        entry = IndexEntry(run_id=record.run_id, created_at=record.created_at)
+        await self._store.publish(self._names.index_subject(record.deployment_id),
+                                  _encode(entry), msg_id=index_msg_id(record.run_id))
+
+    # ------------------------------------------------------------------ reading
+
+    async def _first(self, deployment_id: str) -> _Stored | None:
+        """The deployment's oldest retained entry, with how many follow it."""
+        msgs = await self._store.direct_batch(self._names.index_stream, {
+            "next_by_subj": self._names.index_subject(deployment_id), "batch": 1})
+        return _index_entry(msgs[0]) if msgs else None
+
+    async def _window(self, deployment_id: str, lo: datetime, hi: datetime) -> list[_Stored]:
+        """Every entry of the deployment stored from ``lo`` up to ``hi``."""
+        subject = self._names.index_subject(deployment_id)
+        request: dict[str, object] = {"start_time": _iso(lo), "next_by_subj": subject,
+                                      "batch": MAX_BATCH}
+        found: list[_Stored] = []
+        while True:
+            msgs = await self._store.direct_batch(self._names.index_stream, request)
+            batch = [s for s in map(_index_entry, msgs) if s is not None]
+            found.extend(s for s in batch if s.stored_at <= hi)
+            if (len(msgs) < MAX_BATCH or not batch or batch[-1].stored_at > hi
+                    or batch[-1].pending == 0):
+                return found
+            request = {"seq": batch[-1].seq + 1, "next_by_subj": subject, "batch": MAX_BATCH}
+
+    async def states(self, runs: Iterable[tuple[str, str]]) -> dict[str, tuple[int, RunRecord]]:
+        """The current ``(sequence, state)`` of each ``(deployment_id, run_id)``, by Run ID.
+
+        Runs that do not exist (or no longer do) are left out.
+        """
+        return await self._last_of([self._names.run_subject(dep, run) for dep, run in runs])
+
+    async def states_by_id(self, run_ids: Iterable[str]) -> dict[str, tuple[int, RunRecord]]:
+        """Like :meth:`states`, for Runs whose deployment is not known."""
+        return await self._last_of([self._names.run_lookup_filter(r) for r in run_ids])
+
+    async def _last_of(self, subjects: list[str]) -> dict[str, tuple[int, RunRecord]]:
+        found: dict[str, tuple[int, RunRecord]] = {}
+        for start in range(0, len(subjects), MAX_SUBJECTS):
+            chunk = subjects[start:start + MAX_SUBJECTS]
+            msgs = await self._store.direct_batch(self._names.runs_stream,
+                                                  {"multi_last": chunk, "batch": len(chunk)})
+            for msg in msgs:
+                try:
+                    record = decode_run_event(msg.data).run
+                except msgspec.DecodeError:
+                    continue  # not an event of ours: never let it break a read
+                seq = int((msg.headers or {}).get("Nats-Sequence", 0))
+                found[record.run_id] = (seq, record)
+        return found
+
+    async def page(
+        self, deployment_id: str, limit: int, before: RunRecord | None
+    ) -> list[RunRecord]:
+        """Up to ``limit`` retained Runs, newest first, older than ``before`` when given.
+
+        Windows are in the server's time (when entries were stored), so the writers' clocks
+        only order Runs within a page, never decide which entries are read.
+        """
+        first = await self._first(deployment_id)
+        if first is None:
+            return []
+        cursor_key = (before.created_at, before.run_id) if before is not None else None
+        hi = await self._window_end(deployment_id, before)
+        span = max((hi - first.stored_at).total_seconds(), 1.0)
+        width = timedelta(seconds=max(60.0, 2 * limit * span / (first.pending + 1)))
+        while True:
+            lo = hi - width
+            entries = {s.entry.run_id: s.entry for s in await self._window(deployment_id, lo, hi)}
+            candidates = sorted((e for e in entries.values()
+                                 if cursor_key is None or e.key < cursor_key),
+                                key=lambda e: e.key, reverse=True)
+            reached_start = lo <= first.stored_at
+            if len(candidates) >= limit or reached_start:
+                wanted = candidates[:limit + 16]  # a few spare for entries without a Run
+                states = await self.states((deployment_id, e.run_id) for e in wanted)
+                # The order is the Runs' own (created_at, run_id): an entry is written a
+                # moment before its Run, so the two keys may differ by that moment.
+                runs = sorted((states[e.run_id][1] for e in wanted if e.run_id in states),
+                              key=_run_key, reverse=True)
+                page = [r for r in runs if cursor_key is None or _run_key(r) < cursor_key]
+                if len(page) >= limit or reached_start:
+                    return page[:limit]
+            width *= 4
+
+    async def _window_end(self, deployment_id: str, before: RunRecord | None) -> datetime:
+        """Where a page's window ends, in the server's time: just after the cursor Run was
+        stored, or just after the deployment's newest entry."""
+        if before is not None:
+            first_event = await self._store.next(
+                self._names.run_subject(deployment_id, before.run_id))
+            if first_event is not None and first_event.stored_at is not None:
+                return first_event.stored_at + SLACK
+        msgs = await self._store.direct_batch(self._names.index_stream, {
+            "multi_last": [self._names.index_subject(deployment_id)], "batch": 1})
+        last = _index_entry(msgs[0]) if msgs else None
+        return (last.stored_at if last is not None else datetime.now(UTC)) + SLACK
+
+    async def latest(self) -> dict[str, IndexEntry]:
+        """The newest retained entry of every deployment (one read, whatever the history)."""
+        msgs = await self._store.direct_batch(self._names.index_stream, {
+            "multi_last": [self._names.index_filter], "batch": 100_000})
+        latest: dict[str, IndexEntry] = {}
+        for msg in msgs:
+            stored = _index_entry(msg)
+            subject = (msg.headers or {}).get("Nats-Subject", "")
+            if stored is not None and subject:
+                latest[untoken(subject.rsplit(".", 1)[-1])] = stored.entry
+        return latest
+
+    async def since(self, start: datetime) -> list[tuple[str, IndexEntry]]:
+        """``(deployment_id, entry)`` of every Run indexed at or after ``start``, oldest first."""
+        request: dict[str, object] = {"start_time": _iso(start),
+                                      "next_by_subj": self._names.index_filter,
+                                      "batch": MAX_BATCH}
+        found: list[tuple[str, IndexEntry]] = []
+        while True:
+            msgs = await self._store.direct_batch(self._names.index_stream, request)
+            for msg in msgs:
+                stored = _index_entry(msg)
+                subject = (msg.headers or {}).get("Nats-Subject", "")
+                if stored is not None and subject:
+                    found.append((untoken(subject.rsplit(".", 1)[-1]), stored.entry))
+            if len(msgs) < MAX_BATCH:
+                return found
+            last_seq = int((msgs[-1].headers or {}).get("Nats-Sequence", 0))
+            request = {"seq": last_seq + 1, "next_by_subj": self._names.index_filter,
+                       "batch": MAX_BATCH}
+
+    # ------------------------------------------------------------------ retention
+
+    async def retained(self, record: RunRecord, now: datetime) -> bool:
+        """Whether ``record`` is still part of the history (unfinished Runs always are).
+
+        A finished Run is retained while it is younger than the age limit and its index
+        entry is still there. Entries are stored in order and each just before its Run's
+        first event, so the entry is gone exactly when that event was stored before the
+        deployment's oldest remaining entry (two reads, in the server's time).
+        """
+        if not record.finished:
+            return True
+        if record.created_at < now - self.retention_age:
+            return False
+        first = await self._first(record.deployment_id)
+        if first is None or record.created_at < first.entry.created_at - SLACK:
+            return False
+        event = await self._store.next(
+            self._names.run_subject(record.deployment_id, record.run_id))
+        return (event is not None and event.stored_at is not None
+                and event.stored_at >= first.stored_at)
+
+    async def enforce(self, deployment_ids: Iterable[str], unfinished: Iterable[RunRecord]) -> int:
+        """Purge the events of finished Runs that fell out of the index; returns Runs cut.
+
+        Per deployment the cut is its oldest retained entry: each Run's events are stored
+        after its entry, so every Run with an event before the cut is past retention. What
+        lies before the first event of the oldest unfinished Run goes in one purge; between
+        that and the cut, finished Runs are purged one by one and unfinished ones are kept:
+        unfinished Runs are never dropped.
+        """
+        open_runs: dict[str, set[str]] = {}
+        for record in unfinished:
+            open_runs.setdefault(record.deployment_id, set()).add(record.run_id)
+        cut_runs = 0
+        for deployment_id in deployment_ids:
+            cut = await self._cut(deployment_id)
+            kept = open_runs.get(deployment_id, set())
+            lowest = cut
+            for run_id in kept:
+                event = await self._store.next(self._names.run_subject(deployment_id, run_id))
+                if event is not None:
+                    lowest = min(lowest, event.seq)
+            runs_filter = self._names.deployment_runs_filter(deployment_id)
+            if lowest > 1:
+                await self._store.purge_subject(self._names.runs_stream, runs_filter,
+                                                before_seq=lowest)
+            for subject in await self._subjects_between(runs_filter, lowest, cut):
+                if untoken(subject.rsplit(".", 1)[-1]) not in kept:
+                    await self._store.purge_subject(self._names.runs_stream, subject)
+                    cut_runs += 1
+        return cut_runs
+
+    async def _cut(self, deployment_id: str) -> int:
+        """The first Run event sequence of the deployment that is still retained.
+
+        Decided on the server's own trimming of the index (by count, and by age in the
+        server's time), never on this process's clock: a replica whose clock runs ahead must
+        not purge what the server still keeps.
+        """
+        # Read before the index: a Run created after this is past it; one created before
+        # had its entry written first, so an empty index means none is retained.
+        end = await self._store.last_seq(self._names.runs_stream) + 1
+        first = await self._first(deployment_id)
+        if first is None:
+            return end
+        return await self._first_seq_at(deployment_id, first.stored_at)
+
+    async def _subjects_between(self, runs_filter: str, lo: int, hi: int) -> set[str]:
+        """The Run subjects with an event stored in ``[lo, hi)``."""
+        subjects: set[str] = set()
+        seq = lo
+        while seq < hi:
+            msgs = await self._store.direct_batch(self._names.runs_stream, {
+                "seq": seq, "next_by_subj": runs_filter, "batch": MAX_BATCH})
+            inside = [m for m in msgs
+                      if int((m.headers or {}).get("Nats-Sequence", hi)) < hi]
+            subjects.update((m.headers or {}).get("Nats-Subject", "") for m in inside)
+            if len(inside) < MAX_BATCH:
+                break
+            seq = int((inside[-1].headers or {})["Nats-Sequence"]) + 1
+        subjects.discard("")
+        return subjects
+
+    async def _first_seq_at(self, deployment_id: str, instant: datetime) -> int:
+        """The stream sequence of the deployment's first Run event stored at or after
+        ``instant`` (the stream's next sequence when there is none)."""
+        msgs = await self._store.direct_batch(self._names.runs_stream, {
+            "start_time": _iso(instant),
+            "next_by_subj": self._names.deployment_runs_filter(deployment_id), "batch": 1})
+        if msgs:
+            return int((msgs[0].headers or {}).get("Nats-Sequence", 0))
+        return await self._store.last_seq(self._names.runs_stream) + 1
+

@@ -1,0 +1,130 @@
+"""Reading Runs: one Run, a page of the history, and loading the bounded ledger.
+
+The history lives on the server (:mod:`nats_scheduler.jetstream.history`); the ledger
+(:mod:`nats_scheduler.projections.ledger`) holds what this process touched lately. Reads
+combine the two so that a read after a write on the same process sees the write, even when
+the history's answer came from a stream follower a moment behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from ..clock import Clock
+from ..core import validation
+from ..core.events import RunRecord
+from ..jetstream.history import RunHistory
+from ..jetstream.runlog import RunLog
+from ..projections.ledger import FAILURE_MEMORY, Ledger
+
+
+class RunReads:
+    """``get_run`` and ``list_runs`` over the server's history and the local ledger."""
+
+    def __init__(self, history: RunHistory, runs: RunLog, ledger: Ledger, clock: Clock) -> None:
+        self._history = history
+        self._runs = runs
+        self._ledger = ledger
+        self._clock = clock
+
+    async def find(self, run_id: str) -> RunRecord | None:
+        """A retained Run by ID (any deployment), or None."""
+        record = self._ledger.get(run_id)
+        if record is None and validation.usable_id(run_id):
+            found = await self._runs.find(run_id)
+            record = found[1] if found else None
+        if record is None or not await self._history.retained(record, self._clock.now()):
+            return None
+        return record
+
+    async def page(
+        self, deployment_id: str, limit: int, before: str | None = None
+    ) -> list[RunRecord]:
+        """Newest first by ``created_at`` (ties: ``run_id`` descending).
+
+        Raises KeyError when ``before`` is not a retained Run of this deployment.
+        """
+        cursor = None
+        if before is not None:
+            cursor = await self.find(before)
+            if cursor is None or cursor.deployment_id != deployment_id:
+                raise KeyError(before)
+        if not validation.usable_id(deployment_id):
+            return []
+        now = self._clock.now()
+        age = self._history.retention_age
+        # The server drops aged entries a little after they age: judge the age here too.
+        page = [r for r in await self._history.page(deployment_id, limit, cursor)
+                if not r.finished or r.created_at >= now - age]
+        return merge(page, self._ledger.known_runs(deployment_id), limit, cursor, now,
+                     min(FRESH, age))
+
+
+def _key(record: RunRecord) -> tuple[datetime, str]:
+    return (record.created_at, record.run_id)
+
+
+FRESH = timedelta(seconds=5)
+"""How recent a Run this process knows must be to join a page the history lacks it from:
+long enough for a stream follower to catch up, far shorter than any retention."""
+
+
+def merge(
+    page: list[RunRecord], known: Iterable[RunRecord], limit: int, cursor: RunRecord | None,
+    now: datetime, fresh_for: timedelta = FRESH,
+) -> list[RunRecord]:
+    """The page with what this process knows: newer states win, its own new Runs appear.
+
+    A known Run joins the page when the page has it (its newer state wins), when it is
+    unfinished (never dropped, even past retention), or when it was created in the last
+    ``fresh_for`` and is newer than everything the page has (written a moment ago, read from a
+    lagging follower). Only within the page's range; the result is cut to ``limit``.
+    """
+    by_id = {r.run_id: r for r in page}
+    newest = _key(page[0]) if page else None
+    for record in known:
+        if cursor is not None and _key(record) >= _key(cursor):
+            continue
+        if page and len(page) == limit and _key(record) < _key(page[-1]):
+            continue  # belongs to a later page
+        current = by_id.get(record.run_id)
+        fresh = record.created_at >= now - fresh_for and (newest is None or _key(record) > newest)
+        joins = current is not None or not record.finished or fresh
+        if joins and (current is None or record.updated_at >= current.updated_at):
+            by_id[record.run_id] = record
+    return sorted(by_id.values(), key=_key, reverse=True)[:limit]
+
+
+async def load_ledger(
+    ledger: Ledger, history: RunHistory, open_runs: Iterable[str], now: datetime,
+) -> list[str]:
+    """Seed ``ledger`` with every open Run and each deployment's newest Run.
+
+    Returns the open Run IDs that have no Run (announced, never created). Cost: a few
+    batched reads, independent of the history's length.
+    """
+    wanted = list(open_runs)
+    states = await history.states_by_id(wanted)
+    for seq, record in states.values():
+        ledger.apply(seq, record)
+    latest = await history.latest()
+    newest = await history.states([(dep, e.run_id) for dep, e in latest.items()])
+    for seq, record in newest.values():
+        ledger.apply(seq, record)
+    return [run_id for run_id in wanted if run_id not in states]
+
+
+async def load_recent(ledger: Ledger, history: RunHistory, now: datetime) -> int:
+    """Apply every Run indexed within the failure memory (the views' last day); returns count.
+
+    Run in the background after start: it reads one day of index entries, in batches.
+    """
+    entries = await history.since(now - FAILURE_MEMORY - timedelta(hours=1))
+    applied = 0
+    for start in range(0, len(entries), 1000):
+        chunk = entries[start:start + 1000]
+        for seq, record in (await history.states(
+                [(dep, e.run_id) for dep, e in chunk])).values():
+            applied += ledger.apply(seq, record)
+    return applied

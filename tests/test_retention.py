@@ -1,0 +1,236 @@
+"""History retention on a real server: by count and by age, unfinished Runs kept, and what
+is past retention is gone for get_run, list_runs and Replay (docs/configuration.md,
+"History retention"; docs/architecture.md, "History and retention")."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from nats.js.api import StreamConfig, StreamSource
+
+from nats_scheduler import NatsSchedulerProvider
+from nats_scheduler.names import Names
+from nats_scheduler.seam import (
+    EnqueueRequest,
+    Run,
+    RunNotFound,
+    RunPayload,
+    RunState,
+    Schedule,
+    Trigger,
+)
+from nats_scheduler.testing.handler import RecordingRunHandler
+from tests.harness.servers import connect_fast, unique_prefix
+from tests.providers import eventually, running
+
+pytestmark = pytest.mark.anyio
+
+
+def schedule(dep: str) -> Schedule:
+    # A calendar that never fires during the test: every Run here is a Run now.
+    return Schedule(dep, dep, "0 0 29 2 *", "UTC", True, RunPayload("t", f"p-{dep}"), 1)
+
+
+async def run_now(provider: NatsSchedulerProvider, dep: str) -> Run:
+    return await provider.enqueue(EnqueueRequest(dep, Trigger.RUN_NOW, requested_by="test"))
+
+
+async def finished(provider: NatsSchedulerProvider, run: Run) -> Run:
+    async def check() -> Run | None:
+        current = await provider.get_run(run.run_id)
+        return current if current.state in (RunState.DISPATCHED, RunState.FAILED) else None
+    return await eventually(check, timeout=15)
+
+
+async def stored_events(url: str, prefix: str, dep: str, run_id: str) -> int:
+    """How many events of the Run the Run events stream still holds."""
+    names = Names(prefix)
+    nc = await connect_fast(url)
+    try:
+        info = await nc.jetstream().stream_info(
+            names.runs_stream, subjects_filter=names.run_subject(dep, run_id))
+        return sum((info.state.subjects or {}).values())
+    finally:
+        await nc.close()
+
+
+async def test_each_deployment_keeps_its_newest_runs_and_unfinished_ones(nats_url: str) -> None:
+    prefix = unique_prefix()
+    handler = RecordingRunHandler()
+    async with running(nats_url, prefix, handler, retention_runs=3, call_timeout=60.0,
+                       retention_interval=3600.0) as provider:
+        await provider.apply(schedule("busy"))
+        await provider.apply(schedule("other"))
+        gate = handler.block(deployment_id="busy", times=1)
+        stuck = await run_now(provider, "busy")  # held in start_session: stays unfinished
+        await eventually(lambda: handler.calls_for(stuck.run_id))
+        done = [await finished(provider, await run_now(provider, "busy")) for _ in range(4)]
+        other = await finished(provider, await run_now(provider, "other"))
+
+        # The newest three of "busy" are listed; the unfinished oldest one is still there.
+        listed = [r.run_id for r in await provider.list_runs("busy", limit=10)]
+        assert listed[:3] == [r.run_id for r in reversed(done[-3:])]
+        assert (await provider.get_run(stuck.run_id)).state == RunState.DISPATCHING
+        # The oldest finished one is past retention: gone for get_run and Replay.
+        with pytest.raises(RunNotFound):
+            await provider.get_run(done[0].run_id)
+        with pytest.raises(RunNotFound):
+            await provider.enqueue(EnqueueRequest("busy", Trigger.REPLAY,
+                                                  replay_of=done[0].run_id))
+        assert done[0].run_id not in listed
+        assert [r.run_id for r in await provider.list_runs("other")] == [other.run_id]
+
+        # Enforcement removes its events, never those of the unfinished Run.
+        assert await stored_events(nats_url, prefix, "busy", done[0].run_id) > 0
+        await provider.enforce_retention()
+        assert await stored_events(nats_url, prefix, "busy", done[0].run_id) == 0
+        assert await stored_events(nats_url, prefix, "busy", stuck.run_id) > 0
+        for run in done[1:]:
+            assert await stored_events(nats_url, prefix, "busy", run.run_id) > 0
+        assert await stored_events(nats_url, prefix, "other", other.run_id) > 0
+
+        # Once it finishes, the oldest Run is subject to retention like any other.
+        gate.release()
+        await eventually(lambda: stuck.run_id not in {r.run_id for r in
+                                                      provider.ledger.unfinished()}, timeout=15)
+        assert [c.method for c in handler.calls_for(stuck.run_id)][-1] == "admit_turn"
+        with pytest.raises(RunNotFound):
+            await provider.get_run(stuck.run_id)
+
+
+async def test_runs_older_than_the_age_limit_leave_the_history(nats_url: str) -> None:
+    prefix = unique_prefix()
+    handler = RecordingRunHandler()
+    age = 3.0  # seconds: the server drops index entries this old
+    async with running(nats_url, prefix, handler, retention_days=age / 86400,
+                       call_timeout=60.0, retention_interval=3600.0) as provider:
+        await provider.apply(schedule("aging"))
+        gate = handler.block(deployment_id="aging", times=1)
+        unfinished = await run_now(provider, "aging")
+        await eventually(lambda: handler.calls_for(unfinished.run_id))
+        old = await finished(provider, await run_now(provider, "aging"))
+        assert {r.run_id for r in await provider.list_runs("aging")} == {
+            old.run_id, unfinished.run_id}
+
+        async def aged_out() -> bool:
+            try:
+                await provider.get_run(old.run_id)
+            except RunNotFound:
+                return True
+            return False
+
+        await eventually(aged_out, timeout=age + 10)
+        listed = [r.run_id for r in await provider.list_runs("aging")]
+        assert old.run_id not in listed
+        # Unfinished: still readable, whatever its age, and its events survive enforcement.
+        assert (await provider.get_run(unfinished.run_id)).state == RunState.DISPATCHING
+        async def purged() -> bool:  # once the server dropped the aged entry (its own clock)
+            await provider.enforce_retention()
+            return await stored_events(nats_url, prefix, "aging", old.run_id) == 0
+
+        await eventually(purged, timeout=15, interval=0.5)
+        assert await stored_events(nats_url, prefix, "aging", unfinished.run_id) > 0
+        # A new Run is part of the history as usual.
+        fresh = await finished(provider, await run_now(provider, "aging"))
+        assert fresh.run_id in [r.run_id for r in await provider.list_runs("aging")]
+        gate.release()
+        await eventually(lambda: not provider.ledger.unfinished(), timeout=15)
+
+
+async def test_a_restarted_replica_finds_every_unfinished_run_without_the_history(
+    nats_url: str,
+) -> None:
+    prefix = unique_prefix()
+    handler = RecordingRunHandler()
+    handler.fail_forever(deployment_id="later")  # retried for a long time: stays unfinished
+    async with running(nats_url, prefix, handler, retry_initial=3600.0,
+                       retry_cap=3600.0) as first:
+        await first.apply(schedule("later"))
+        await first.apply(schedule("noise"))
+        waiting = await run_now(first, "later")
+        await eventually(lambda: handler.calls_for(waiting.run_id))
+        for _ in range(30):
+            await run_now(first, "noise")
+        await eventually(lambda: not [r for r in first.ledger.unfinished()
+                                      if r.deployment_id == "noise"], timeout=15)
+    async with running(nats_url, prefix, RecordingRunHandler()) as second:
+        # Start-up loaded the open Runs and each deployment's newest Run, not the history.
+        assert [r.run_id for r in second.ledger.unfinished()] == [waiting.run_id]
+        assert second.ledger.last_run("noise") is not None
+        # ... and the recovery sweep takes the waiting Run over (it waits for its retry time).
+        await eventually(lambda: second.dispatcher is not None
+                         and waiting.run_id in second.dispatcher.in_flight, timeout=15)
+
+
+async def test_list_runs_pages_a_long_history_newest_first(nats_url: str) -> None:
+    prefix = unique_prefix()
+    async with running(nats_url, prefix) as provider:
+        await provider.apply(schedule("pages"))
+        made = [await run_now(provider, "pages") for _ in range(45)]
+        expected = sorted(made, key=lambda r: (r.created_at, r.run_id), reverse=True)
+        seen: list[str] = []
+        before = None
+        while True:
+            page = await provider.list_runs("pages", limit=10, before=before)
+            seen.extend(r.run_id for r in page)
+            if len(page) < 10:
+                break
+            before = page[-1].run_id
+        assert seen == [r.run_id for r in expected]
+        with pytest.raises(RunNotFound):
+            await provider.list_runs("pages", before="no-such-run")
+
+
+async def test_a_mirror_keeps_what_retention_purges(nats_url: str) -> None:
+    """The audit guide's "Keeping everything longer": a mirror of the Run events keeps every
+    event after the scheduler purged them for retention."""
+    prefix = unique_prefix()
+    names = Names(prefix)
+    async with running(nats_url, prefix, retention_runs=1, retention_interval=3600.0) as provider:
+        await provider.apply(schedule("kept"))
+        nc = await connect_fast(nats_url)
+        try:
+            js = nc.jetstream()
+            archive = f"{prefix}_RUNS_ARCHIVE"
+            await js.add_stream(StreamConfig(name=archive, mirror=StreamSource(
+                name=names.runs_stream), deny_delete=True, deny_purge=True))
+            first = await finished(provider, await run_now(provider, "kept"))
+            await finished(provider, await run_now(provider, "kept"))
+
+            async def archived() -> int:
+                info = await js.stream_info(archive, subjects_filter=names.run_subject(
+                    "kept", first.run_id))
+                return sum((info.state.subjects or {}).values())
+
+            # The mirror copies as events are stored (retention purges days-old events, long
+            # after the copy); then the purge of the source leaves the copy alone.
+            copied = await eventually(archived, timeout=10)
+            assert copied >= 3  # created, claimed, session started, dispatched
+            await provider.enforce_retention()
+            assert await stored_events(nats_url, prefix, "kept", first.run_id) == 0
+            assert await archived() == copied
+            await js.delete_stream(archive)
+        finally:
+            await nc.close()
+
+
+async def test_the_clock_of_a_page_is_the_servers(nats_url: str) -> None:
+    """A replica whose clock is far off still pages the history right (windows are read in
+    the server's time; the writers' clocks only order Runs)."""
+    from nats_scheduler.clock import ManualClock
+
+    prefix = unique_prefix()
+    clock = ManualClock(datetime(2031, 6, 1, tzinfo=UTC))
+    async with running(nats_url, prefix, clock=clock) as provider:
+        await provider.apply(schedule("skewed"))
+        made = []
+        for _ in range(12):
+            made.append(await run_now(provider, "skewed"))
+            clock.advance(timedelta(minutes=7))
+            await asyncio.sleep(0)
+        page = await provider.list_runs("skewed", limit=5)
+        assert [r.run_id for r in page] == [r.run_id for r in reversed(made[-5:])]
+        rest = await provider.list_runs("skewed", limit=50, before=page[-1].run_id)
+        assert [r.run_id for r in rest] == [r.run_id for r in reversed(made[:-5])]
