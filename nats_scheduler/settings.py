@@ -60,6 +60,8 @@ class NatsSettings:
     max_concurrent_dispatch: int = 64
     max_active_schedules: int = 10_000
     identity: str | None = None
+    admin_service: bool = True
+    """Serve the operators' admin service (console and CLI actions) from this process."""
     extra: Mapping[str, str] = field(default_factory=dict)
 
     ENV = {
@@ -86,6 +88,7 @@ class NatsSettings:
         "max_concurrent_dispatch": "ASTRABOX_NATS_MAX_CONCURRENT_DISPATCH",
         "max_active_schedules": "ASTRABOX_NATS_MAX_ACTIVE_SCHEDULES",
         "identity": "ASTRABOX_NATS_IDENTITY",
+        "admin_service": "ASTRABOX_NATS_ADMIN_SERVICE",
     }
 
     @classmethod
@@ -100,7 +103,7 @@ class NatsSettings:
                 continue
             kind = str(types[name])
             try:
-                if name == "embedded":
+                if kind.startswith("bool"):
                     values[name] = _flag(raw)
                 elif kind.startswith("int"):
                     values[name] = int(raw)

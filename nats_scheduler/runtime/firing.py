@@ -33,6 +33,7 @@ from ..jetstream.schedulelog import ScheduleLog
 from ..jetstream.store import Store
 from ..names import scheduled_create_msg_id, scheduled_run_id
 from ..seam import InvalidSchedule, SchedulerUnavailable, Trigger
+from .metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ class Firing:
         clock: Clock,
         identity: str,
         submit: Submit,
+        metrics: Metrics | None = None,
     ) -> None:
         self._store = store
         self._schedules = schedules
@@ -78,6 +80,7 @@ class Firing:
         self._clock = clock
         self._identity = identity
         self._submit = submit
+        self._metrics = metrics or Metrics.disabled()
         self.stale_fires = 0
         """Firings whose Schedule read aged before the create and was done again."""
 
@@ -111,6 +114,7 @@ class Firing:
                 return await self._create(record, due, read_at, fresh_only=fresh_only)
             except _StaleRead:
                 self.stale_fires += 1
+                self._metrics.stale_fire_read()
                 log.info("schedule read for %s aged before the create; reading again",
                          deployment_id)
             except SchedulerUnavailable:
@@ -143,9 +147,11 @@ class Firing:
             event, msg_id=scheduled_create_msg_id(deployment_id, due), retry_seconds=0
         )
         if created:
+            acked = self._clock.now()
+            self._metrics.fire_lateness("stored", due, acked)
             # Acknowledged within the bound of the read: stored within it too, so the gate
             # need not look at it.
-            age = (self._clock.now() - read_at).total_seconds()
+            age = (acked - read_at).total_seconds()
             self._submit(stored, age <= PAUSE_VISIBILITY_SECONDS)
         return stored
 
