@@ -13,6 +13,7 @@ calls with its logs and projections. Its :class:`~.metrics.Metrics` are fed by e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Protocol
 
 from opentelemetry.metrics import MeterProvider
@@ -34,6 +35,9 @@ from .dispatcher import Dispatcher
 from .firing import Firing
 from .metrics import Metrics
 from .ticker import Fire, Ticker
+
+ADMIN_STOP_SECONDS = 2.0
+"""How long ``stop`` waits for the admin service to unsubscribe before going on."""
 
 
 class Service(Protocol):
@@ -173,7 +177,10 @@ class Runtime:
         """Stop the admin service, stop firing, drain handler calls (bounded), close the rest."""
         admin, self.admin = self.admin, None
         if admin is not None:
-            await admin.stop()
+            # Unsubscribing waits for the server; with the server gone it would hold the
+            # whole stop, and closing the connection below ends the subscriptions anyway.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(admin.stop(), ADMIN_STOP_SECONDS)
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
