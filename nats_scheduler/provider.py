@@ -6,8 +6,9 @@ This module is the seam's glue and nothing else. Each method checks its input
 :mod:`jetstream.runlog`) append it conditionally, and answers reads from the projections
 (:mod:`projections`). The running parts are wired in :meth:`NatsSchedulerProvider.start`:
 the ticker (:mod:`runtime.ticker`) fires due times through the firing protocol
-(:mod:`runtime.firing`), and the dispatcher (:mod:`runtime.dispatcher`) calls the handler.
-docs/architecture.md follows one Run through these files.
+(:mod:`runtime.firing`), the dispatcher (:mod:`runtime.dispatcher`) calls the handler, and
+every process serves the operators' admin service (:mod:`admin.service`) unless
+``ASTRABOX_NATS_ADMIN_SERVICE=0``. docs/architecture.md follows one Run through these files.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import ClassVar
 
+from opentelemetry.metrics import MeterProvider
+
+from .admin.service import AdminService
 from .clock import Clock, SystemClock
 from .core import calendar, runcore, schedulecore, validation
 from .core.events import (
@@ -71,13 +75,17 @@ class NatsSchedulerProvider:
 
     ``settings`` default to the ``ASTRABOX_NATS_*`` environment, read at ``configure()``.
     ``clock`` is injectable so tests drive due times and retries without waiting.
+    ``meter_provider`` receives the metrics (:mod:`runtime.metrics`); None means the global
+    OpenTelemetry one, a no-op unless the host installed an SDK.
     """
 
     name: ClassVar[str] = "nats"
     seams_api_version: ClassVar[int] = SEAMS_API_VERSION
 
-    def __init__(self, settings: NatsSettings | None = None, *, clock: Clock | None = None) -> None:
+    def __init__(self, settings: NatsSettings | None = None, *, clock: Clock | None = None,
+                 meter_provider: MeterProvider | None = None) -> None:
         self._given_settings = settings
+        self._meter_provider = meter_provider
         self._settings: NatsSettings | None = None
         self._clock: Clock = clock or SystemClock()
         self._identity = ""
@@ -167,7 +175,11 @@ class NatsSchedulerProvider:
         self._identity = self._settings.identity or _identity()
 
     async def start(self, handler: RunHandler) -> None:
-        """Connect, prepare the store, load projections, resume leftovers, start firing."""
+        """Connect, prepare the store, load projections, resume leftovers, start firing.
+
+        Then serve the admin service (console and CLI actions), unless the settings turn it
+        off for a host that runs it elsewhere.
+        """
         if self._settings is None:
             self.configure()
         if self._started:
@@ -178,10 +190,24 @@ class NatsSchedulerProvider:
             url_settings = await asyncio.to_thread(self._start_embedded)
         self._running = await Runtime.connect(
             url_settings, ledger=self._ledger, table=self._table, clock=self._clock,
-            identity=self._identity)
+            identity=self._identity, meter_provider=self._meter_provider)
         self._running.start_loops(handler, settings, self.fire_due)
         self._started = True
+        if settings.admin_service:
+            await self._serve_admin(self._running)
         log.info("%s (identity %s)", self.describe(), self._identity)
+
+    async def _serve_admin(self, running: Runtime) -> None:
+        """Start the admin service; a failure is logged, never fatal.
+
+        It is the operators' way in, not part of scheduling: a process that cannot serve it
+        still fires and dispatches, and other replicas (or a later restart) answer actions.
+        """
+        try:
+            await running.serve(AdminService(self, clock=self._clock))
+        except Exception:
+            log.exception("the admin service could not start; console and command-line "
+                          "actions are answered by other scheduler processes only")
 
     def _start_embedded(self) -> NatsSettings:
         from .natsserver.process import NatsServer
@@ -192,7 +218,8 @@ class NatsSchedulerProvider:
         return self.settings.with_(url=server.url)
 
     async def stop(self) -> None:
-        """Stop firing, drain handler calls (bounded), release what is unfinished."""
+        """Stop the admin service, stop firing, drain handler calls (bounded), release
+        what is unfinished."""
         running, already = self._running, self._stopped
         self._stopped = True
         if running is not None and not already:

@@ -65,6 +65,8 @@ class NatsSettings:
     retention_runs: int = 10_000
     retention_interval: float = 600.0
     identity: str | None = None
+    admin_service: bool = True
+    """Serve the operators' admin service (console and CLI actions) from this process."""
     extra: Mapping[str, str] = field(default_factory=dict)
 
     ENV = {
@@ -94,6 +96,7 @@ class NatsSettings:
         "retention_runs": "ASTRABOX_NATS_RETENTION_RUNS",
         "retention_interval": "ASTRABOX_NATS_RETENTION_INTERVAL_SECONDS",
         "identity": "ASTRABOX_NATS_IDENTITY",
+        "admin_service": "ASTRABOX_NATS_ADMIN_SERVICE",
     }
 
     @classmethod
@@ -108,7 +111,7 @@ class NatsSettings:
                 continue
             kind = str(types[name])
             try:
-                if name == "embedded":
+                if kind.startswith("bool"):
                     values[name] = _flag(raw)
                 elif kind.startswith("int"):
                     values[name] = int(raw)

@@ -35,7 +35,11 @@ async def test_reconcile_at_start_then_apply_and_delete_on_change(
     client = AdminClient(nc, prefix, timeout=3.0)
     try:
         await host.start()
-        assert host.admin is not None  # the admin service runs beside the provider
+        # the provider serves the admin service itself; the host starts none of its own
+        assert provider.runtime is not None and provider.runtime.admin is not None
+        assert [r.identity for r in (await client.cluster_status()).replicas] == [
+            provider.identity]
+        assert client.last_source == "service"
         assert provider.schedules.get("kept") is not None
         loop = asyncio.create_task(host.run_until(stop))
 

@@ -1,10 +1,11 @@
 """The end-to-end walkthrough of docs/contract.md ("The contract suite"), with real processes.
 
-A nats-server, two dev-host replicas (separate OS processes, each running the provider and
-the admin service, sharing the Deployment database), the dev host's CLI for what AstraBox's
-API would do, and ``nats-scheduler`` for the operator: create a Schedule, let a real due time
-fire, Run now, Replay, disable it, delete it. At each step the Run ledger, the events and the
-handler's Sessions are checked.
+A nats-server, two dev-host replicas (separate OS processes sharing the Deployment
+database; each loads the provider only through the ``astrabox.providers.scheduler`` entry
+point, as AstraBox does, and the provider serves the admin service itself), the dev host's
+CLI for what AstraBox's API would do, and ``nats-scheduler`` for the operator: create a
+Schedule, let a real due time fire, Run now, Replay, disable it, delete it. At each step the
+Run ledger, the events and the handler's Sessions are checked.
 
 This is the one test of the suite that waits for a real due time (a ``* * * * *`` Schedule:
 up to a minute).
@@ -100,7 +101,12 @@ async def test_create_fire_run_now_replay_disable_delete(
             assert proc.wait(timeout=30) == 0
             log = (tmp_path / f"{identity}.log").read_text()
             assert f"devhost stopped: identity {identity}" in log
-            assert "scheduler provider nats: recovery_scope=cluster" in log
+            # loaded through the entry point (the loader's startup line), and the admin
+            # service the operator used was the provider's own
+            assert "nats_scheduler.devhost.loader: scheduler provider nats: " \
+                "recovery_scope=cluster" in log
+            assert f"nats_scheduler.admin.service: admin service for prefix {prefix} " \
+                f"started ({identity})" in log
 
 
 async def _walk(client: AdminClient, db: Path, procs: list[subprocess.Popen]) -> None:  # type: ignore[type-arg]

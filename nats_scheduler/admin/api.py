@@ -101,12 +101,44 @@ class BulkResult(msgspec.Struct, frozen=True, kw_only=True):
     unchanged: list[str]
 
 
+class LatenessSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """Seconds from due time to a stage, over a replica's latest firings (up to 1000)."""
+
+    count: int
+    p50: float
+    p95: float
+    p99: float
+    max: float
+
+
+class ReplicaMetrics(msgspec.Struct, frozen=True, kw_only=True):
+    """What one replica counted since it started (docs/operations.md, "Metrics").
+
+    The same figures it exports through OpenTelemetry, for operators without a metrics
+    pipeline. Keys: ``trigger`` values for Runs, ``kind`` for store errors, ``state`` for
+    Schedules, ``stage`` (``stored``, ``started``) for lateness.
+    """
+
+    runs_created: dict[str, int] = {}
+    runs_dispatched: dict[str, int] = {}
+    runs_failed: dict[str, int] = {}
+    dispatch_attempts: int = 0
+    dispatch_retries: int = 0
+    takeovers: int = 0
+    stale_fire_reads: int = 0
+    store_errors: dict[str, int] = {}
+    schedules: dict[str, int] = {}
+    runs_in_flight: int = 0
+    lateness: dict[str, LatenessSummary] = {}
+
+
 class ReplicaView(msgspec.Struct, frozen=True, kw_only=True):
     identity: str
     started_at: datetime | None = None
     now: datetime | None = None  # the replica's clock, for skew
     in_flight: list[str] = []
     schedules_planned: int = 0
+    metrics: ReplicaMetrics | None = None  # None from replicas older than the field
 
 
 class LeaseView(msgspec.Struct, frozen=True, kw_only=True):

@@ -12,8 +12,12 @@ words. Actions go through the provider (hold/release, enqueue), so each one is a
 recording who asked and why: ``schedule.held``/``schedule.released`` carry ``by`` and
 ``reason``, ``run.created`` carries ``requested_by`` and ``reason``.
 
-The provider does not know about this module: the dev host and the demo start it after
-``provider.start`` with :func:`start_admin_service` and stop it before ``provider.stop``.
+The provider serves it: ``start()`` starts one after its loops run and ``stop()`` stops it
+first, in every process AstraBox loads the provider into (so the console and
+``nats-scheduler`` actions work with no extra process), unless
+``ASTRABOX_NATS_ADMIN_SERVICE=0``. :func:`start_admin_service` replaces a started provider's
+service with one of other options (tests pass a clock or a health policy); there is never
+more than one per process, or ``replica.status`` would count it twice.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from .api import (
     Health,
     OperatorAction,
     ReplayRequest,
+    ReplicaMetrics,
     ReplicaView,
     RunList,
     RunListRequest,
@@ -321,12 +326,15 @@ class AdminService:
 
     async def replica_status(self, _req: _Empty) -> ReplicaView:
         dispatcher, ticker = self.provider.dispatcher, self.provider.ticker
+        running = self.provider.runtime
         return ReplicaView(
             identity=self.provider.identity,
             started_at=self.started_at,
             now=self._clock_now,
             in_flight=sorted(dispatcher.in_flight) if dispatcher is not None else [],
             schedules_planned=ticker.planned if ticker is not None else 0,
+            metrics=None if running is None else msgspec.convert(
+                running.metrics.snapshot(), ReplicaMetrics, from_attributes=True),
         )
 
     async def cluster_status(self, _req: _Empty) -> ClusterStatus:
@@ -346,11 +354,14 @@ def _reason(value: str | None) -> str | None:
 async def start_admin_service(provider: NatsSchedulerProvider, *,
                               policy: HealthPolicy | None = None,
                               clock: Clock | None = None) -> AdminService:
-    """Start the admin service on a started provider's connection; ``stop()`` it first.
+    """Serve a started provider's admin service with these options, replacing its own.
 
-    ``clock`` is the clock of the answers' "now" (next due times, health); pass the
-    provider's own when tests drive it with a ManualClock.
+    The provider stops it at ``stop()``; stopping it earlier (``service.stop()``) leaves the
+    process without one. ``clock`` is the clock of the answers' "now" (next due times,
+    health); pass the provider's own when tests drive it with a ManualClock.
     """
     service = AdminService(provider, policy=policy, clock=clock)
-    await service.start()
+    running = provider.runtime
+    assert running is not None  # AdminService() above refuses a provider not started
+    await running.serve(service)
     return service

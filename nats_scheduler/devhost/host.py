@@ -1,11 +1,12 @@
 """One dev-host replica: the provider's lifecycle as AstraBox drives it.
 
-Start: load the provider (:mod:`.loader`), ``start(handler)``, start the admin service,
-``reconcile(every stored Schedule)``. Then watch the Deployment records: a record whose
-version changed is passed to ``apply`` (or ``delete`` for a tombstone). Every replica does
-the same; the provider's version ordering makes the second ``apply`` of one version a
-no-op, as it does when several AstraBox replicas handle changes. Stop (SIGTERM, SIGINT, or
-the parent process gone): stop the admin service, then ``stop()`` the provider (it drains).
+Start: load the provider (:mod:`.loader`), ``start(handler)`` (the provider serves the
+admin service itself, as under AstraBox), ``reconcile(every stored Schedule)``. Then watch
+the Deployment records: a record whose version changed is passed to ``apply`` (or
+``delete`` for a tombstone). Every replica does the same; the provider's version ordering
+makes the second ``apply`` of one version a no-op, as it does when several AstraBox replicas
+handle changes. Stop (SIGTERM, SIGINT, or the parent process gone): ``stop()`` the provider
+(it stops the admin service first, then drains).
 
 The records are polled (``poll_interval``, default 0.25 s): the CLI that edits them is a
 separate, short-lived process, and SQLite has no change notifications across processes.
@@ -52,20 +53,15 @@ class DevHost:
         self.provider = provider
         self.handler = handler
         self.poll_interval = poll_interval
-        self.admin: Any | None = None
         self._seen: dict[str, int] = {}
         self._started = False
 
     async def start(self) -> None:
-        """Start the provider and its admin service; reconcile every stored Schedule."""
+        """Start the provider (it serves the admin service); reconcile every stored Schedule."""
         if self.provider is None:
             return
         await self.provider.start(self.handler)
         self._started = True
-        if hasattr(self.provider, "store"):
-            from ..admin.service import start_admin_service
-
-            self.admin = await start_admin_service(self.provider)
         rows = await asyncio.to_thread(self.records.all, include_deleted=True)
         live = [row.to_schedule() for row in rows if not row.deleted]
         await self.provider.reconcile(live)
@@ -116,9 +112,6 @@ class DevHost:
                 await asyncio.wait_for(stop.wait(), self.poll_interval)
 
     async def stop(self) -> None:
-        if self.admin is not None:
-            await self.admin.stop()
-            self.admin = None
         if self.provider is not None and self._started:
             await self.provider.stop()
             self._started = False

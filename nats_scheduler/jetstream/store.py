@@ -71,11 +71,15 @@ class Store:
     """JetStream access for one provider process.
 
     ``retry_seconds`` bounds how long a transient failure is retried before the operation
-    raises SchedulerUnavailable.
+    raises SchedulerUnavailable. ``count_error`` hears of every failure :meth:`retrying` sees,
+    by kind (``transient``: retried, ``unavailable``: raised, ``conflict``: a refused
+    conditional append), for the provider's metrics (:mod:`nats_scheduler.runtime.metrics`).
     """
 
-    def __init__(self, nc: Client, settings: NatsSettings) -> None:
+    def __init__(self, nc: Client, settings: NatsSettings, *,
+                 count_error: Callable[[str], None] | None = None) -> None:
         self.nc = nc
+        self.count_error: Callable[[str], None] = count_error or (lambda _kind: None)
         self.js: JetStreamContext = nc.jetstream(timeout=2.0)
         self.settings = settings
         self.names = Names(settings.prefix)
@@ -98,13 +102,16 @@ class Store:
         while True:
             try:
                 return await op()
-            except (Conflict, SchedulerError):
+            except Conflict:
+                self.count_error("conflict")
+                raise
+            except SchedulerError:
                 raise
             except Exception as exc:
-                if not errors.is_transient(exc):
+                if not errors.is_transient(exc) or loop.time() + delay > deadline:
+                    self.count_error("unavailable")
                     raise errors.unavailable(what, exc) from exc
-                if loop.time() + delay > deadline:
-                    raise errors.unavailable(what, exc) from exc
+                self.count_error("transient")
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
 

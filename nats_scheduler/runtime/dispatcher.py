@@ -35,6 +35,7 @@ from ..seam import (
     SchedulerError,
 )
 from .firing import NOT_STARTED_AFTER_PAUSE
+from .metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ class Dispatcher:
         max_concurrent: int,
         claim_grace: float,
         gate: Gate | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._runlog = runlog
         self._ledger = ledger
@@ -89,6 +91,7 @@ class Dispatcher:
         self._semaphore = asyncio.Semaphore(max_concurrent)
         self._claim_grace = timedelta(seconds=claim_grace)
         self._gate = gate
+        self._metrics = metrics or Metrics.disabled()
         self._vetted: set[str] = set()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._holdings: dict[str, _Holding] = {}
@@ -183,6 +186,7 @@ class Dispatcher:
             lease, _previous_holder = acquired
             holding = _Holding(lease)
             self._holdings[run_id] = holding
+            self._metrics.holding(+1)
             me = asyncio.current_task()
             assert me is not None
             renewer = asyncio.create_task(self._renew(holding, me))
@@ -199,6 +203,7 @@ class Dispatcher:
             finally:
                 renewer.cancel()
                 self._holdings.pop(run_id, None)
+                self._metrics.holding(-1)
                 if not holding.lost:
                     finished = holding.record is not None and holding.record.finished
                     with contextlib.suppress(Exception):
@@ -224,8 +229,9 @@ class Dispatcher:
                 # (that would spend the retry budget on a shutdown). Hand the Run back.
                 await self._hand_back(holding)
                 return
-            await self._append(holding, runcore.claim(record, holder=self.identity,
-                                                      now=self._clock.now()))
+            claim = runcore.claim(record, holder=self.identity, now=self._clock.now())
+            await self._append(holding, claim)
+            self._metrics.attempt(record.trigger, takeover=claim.takeover_from is not None)
             await self._attempt(holding)
 
     async def _refused_after_pause(self, holding: _Holding) -> bool:
@@ -245,11 +251,15 @@ class Dispatcher:
                     record.run_id)
         await self._append(holding, runcore.failed(
             record, error=NOT_STARTED_AFTER_PAUSE, now=self._clock.now(), actor=self.identity))
+        self._metrics.run_failed(record.trigger, "paused")
         return True
 
     async def _attempt(self, holding: _Holding) -> None:
         """One attempt: start_session, store it, admit_turn, store it; or record the failure."""
         assert holding.record is not None
+        record = holding.record
+        if record.due_at is not None and record.attempts == 1 and record.session_id is None:
+            self._metrics.fire_lateness("started", record.due_at, self._clock.now())
         try:
             session_id = await self._call(self._handler.start_session,
                                           runcore.invocation(holding.record), holding)
@@ -261,10 +271,12 @@ class Dispatcher:
                                        runcore.invocation(holding.record), holding)
             await self._append(holding, runcore.dispatched(
                 holding.record, turn_id=turn_id, now=self._clock.now(), actor=self.identity))
+            self._metrics.run_dispatched(record.trigger)
         except RunPermanentError as exc:
             reason = runcore.describe_failure(exc)
             await self._append(holding, runcore.failed(
                 holding.record, error=reason, now=self._clock.now(), actor=self.identity))
+            self._metrics.run_failed(record.trigger, "permanent")
         except (_LostRun, Conflict, SchedulerError):
             raise
         except Exception as exc:
@@ -280,10 +292,12 @@ class Dispatcher:
             error = f"gave up after {holding.record.attempts} attempts; last: {reason}"
             await self._append(holding, runcore.failed(
                 holding.record, error=error, now=now, actor=self.identity))
+            self._metrics.run_failed(holding.record.trigger, "exhausted")
             return
         await self._append(holding, runcore.attempt_failed(
             holding.record, error=reason, retry_at=now + timedelta(seconds=delay), now=now,
             actor=self.identity))
+        self._metrics.retry(holding.record.trigger)
 
     async def _call(
         self,

@@ -34,6 +34,7 @@ from ..jetstream.schedulelog import ScheduleLog
 from ..jetstream.store import Store
 from ..names import scheduled_create_msg_id, scheduled_run_id
 from ..seam import InvalidSchedule, SchedulerUnavailable, Trigger
+from .metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ class Firing:
     clock: Clock
     identity: str
     submit: Submit
+    metrics: Metrics = field(default_factory=Metrics.disabled)
     stale_fires: int = field(default=0, init=False)
     """Firings whose Schedule read aged before the create and was done again."""
 
@@ -110,6 +112,7 @@ class Firing:
                 return await self._create(record, due, read_at, fresh_only=fresh_only)
             except _StaleRead:
                 self.stale_fires += 1
+                self.metrics.stale_fire_read()
                 log.info("schedule read for %s aged before the create; reading again",
                          deployment_id)
             except SchedulerUnavailable:
@@ -139,7 +142,9 @@ class Firing:
         if created:
             # Acknowledged within the bound of the read: stored within it too, so the gate
             # need not look at it.
-            age = (self.clock.now() - read_at).total_seconds()
+            acked = self.clock.now()
+            self.metrics.fire_lateness("stored", due, acked)
+            age = (acked - read_at).total_seconds()
             self.submit(stored, age <= PAUSE_VISIBILITY_SECONDS)
         return stored
 

@@ -2,10 +2,13 @@
 
 :class:`Runtime` connects the store, loads the projections, then starts the loops that
 depend on them (the ticker fires through the firing protocol; the dispatcher and its
-recovery sweep call the handler; the retention loop trims the history), and stops them in
-the reverse order: firing first, then a bounded drain of handler calls, then the projections
-and the connection. The provider (:mod:`nats_scheduler.provider`) owns one while it runs and
-answers the seam's calls with its logs, reads and projections.
+recovery sweep call the handler; the retention loop trims the history), then the operators'
+admin service (:mod:`nats_scheduler.admin.service`, which the provider hands it), and stops
+them in the reverse order: the admin service first (no operator action lands in a process
+going away), then firing, then a bounded drain of handler calls, then the projections and
+the connection. The provider (:mod:`nats_scheduler.provider`) owns one while it runs and
+answers the seam's calls with its logs, reads and projections. Its
+:class:`~.metrics.Metrics` are fed by every part.
 
 Start-up reads never depend on the history's length (docs/architecture.md, "History and
 retention"): the Schedules (one event per Schedule), the open Runs (one key per unfinished
@@ -18,6 +21,9 @@ import asyncio
 import contextlib
 import logging
 from datetime import timedelta
+from typing import Protocol
+
+from opentelemetry.metrics import MeterProvider
 
 from ..clock import Clock
 from ..core.events import RunRecord, decode_run_event, decode_schedule_event
@@ -35,20 +41,34 @@ from ..seam import RunHandler, SchedulerUnavailable
 from ..settings import NatsSettings
 from .dispatcher import Dispatcher
 from .firing import Firing
+from .metrics import Metrics
 from .reads import RunReads, load_ledger, load_recent
 from .ticker import Fire, Ticker
 
 log = logging.getLogger(__name__)
+
+ADMIN_STOP_SECONDS = 2.0
+"""How long ``stop`` waits for the admin service to unsubscribe before going on."""
+
+
+class Service(Protocol):
+    """A service the runtime runs beside its loops (the admin service)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 class Runtime:
     """The store, the logs, the reads, the projections' followers and the loops of one process."""
 
     def __init__(
-        self, store: Store, *, ledger: Ledger, table: ScheduleTable, clock: Clock, identity: str
+        self, store: Store, *, ledger: Ledger, table: ScheduleTable, clock: Clock, identity: str,
+        metrics: Metrics | None = None,
     ) -> None:
         settings = store.settings
         self.store = store
+        self.metrics = metrics or Metrics.disabled()
         self.ledger = ledger
         self.table = table
         self.settings = settings
@@ -62,23 +82,30 @@ class Runtime:
         self._clock = clock
         self._identity = identity
         self.firing = Firing(store=store, schedules=self.schedules, runs=self.runs, clock=clock,
-                             identity=identity, submit=self._submit)
+                             identity=identity, submit=self._submit, metrics=self.metrics)
         self.dispatcher: Dispatcher | None = None
         self.ticker: Ticker | None = None
+        self.admin: Service | None = None
         self.followers: list[Follower] = []
         self._background: list[asyncio.Task[None]] = []
 
     @classmethod
     async def connect(
         cls, settings: NatsSettings, *, ledger: Ledger, table: ScheduleTable, clock: Clock,
-        identity: str,
+        identity: str, meter_provider: MeterProvider | None = None,
     ) -> Runtime:
-        """Connect and prepare the store (streams, lease bucket) and load the projections."""
-        store = Store(await connect(settings, identity), settings)
+        """Connect and prepare the store (streams, lease bucket) and load the projections.
+
+        ``meter_provider``: where the metrics go; None is the global one (no-op unless the
+        host installed an OpenTelemetry SDK).
+        """
+        metrics = Metrics(meter_provider)
+        store = Store(await connect(settings, identity), settings, count_error=metrics.store_error)
         try:
             await store.check_server()
             await store.ensure()
-            runtime = cls(store, ledger=ledger, table=table, clock=clock, identity=identity)
+            runtime = cls(store, ledger=ledger, table=table, clock=clock, identity=identity,
+                          metrics=metrics)
             await runtime._load_projections(settings)
         except BaseException:
             await store.close()
@@ -142,11 +169,13 @@ class Runtime:
             max_concurrent=settings.max_concurrent_dispatch,
             claim_grace=self.claim_grace,
             gate=self.firing,
+            metrics=self.metrics,
         )
         ticker = Ticker(self._clock, fire)
         for record in self.table.all():
             ticker.update(record)
         self.table.subscribe(ticker.update)
+        self.metrics.watch_schedules(self.table.all(), self.table.subscribe)
         self.dispatcher, self.ticker = dispatcher, ticker
         self._background = [
             asyncio.create_task(ticker.run(), name="ticker"),
@@ -186,11 +215,31 @@ class Runtime:
         self._submit(record, False)
 
     def _submit(self, record: RunRecord, vetted: bool) -> None:
+        """Every Run this process stored (fired, Run now, Replay) passes here once."""
+        self.metrics.run_created(record.trigger)
         if self.dispatcher is not None and not record.finished:
             self.dispatcher.submit(record.run_id, vetted=vetted)
 
+    async def serve(self, service: Service) -> None:
+        """Run ``service`` as this process's admin service, replacing the one running.
+
+        One per process: a second one would answer ``replica.status`` twice and count this
+        process as two replicas. The one replaced is stopped before the new one starts.
+        """
+        previous, self.admin = self.admin, None
+        if previous is not None:
+            await previous.stop()
+        await service.start()
+        self.admin = service
+
     async def stop(self, drain_seconds: float) -> None:
-        """Stop firing, drain handler calls (bounded), close the projections and store."""
+        """Stop the admin service, stop firing, drain handler calls (bounded), close the rest."""
+        admin, self.admin = self.admin, None
+        if admin is not None:
+            # Unsubscribing waits for the server; with the server gone it would hold the
+            # whole stop, and closing the connection below ends the subscriptions anyway.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(admin.stop(), ADMIN_STOP_SECONDS)
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -200,4 +249,5 @@ class Runtime:
             await self.dispatcher.drain(drain_seconds)
         for follower in self.followers:
             await follower.stop()
+        self.metrics.stop()
         await self.store.close()
