@@ -30,6 +30,7 @@ TRANSIENT = [
     api_error(nats.js.errors.BadRequestError, 400, 10158),
 ]
 PERMANENT = [
+    nats.js.errors.KeyNotFoundError(),  # the KV layer's client-side errors carry no code
     api_error(nats.js.errors.BadRequestError, 400, 10071),
     api_error(nats.js.errors.NotFoundError, 404, 10037),
     api_error(nats.js.errors.BadRequestError, 400, 10058),

@@ -37,6 +37,14 @@ async def run_now(provider: NatsSchedulerProvider, dep: str) -> Run:
     return await provider.enqueue(EnqueueRequest(dep, Trigger.RUN_NOW, requested_by="test"))
 
 
+def one_clock(provider: NatsSchedulerProvider) -> NatsSchedulerProvider:
+    """One server stamps both the index and the Run events here: no margin for clocks of
+    cluster nodes is needed, so retention cuts exactly at the oldest retained entry."""
+    assert provider.runtime is not None
+    provider.runtime.history.purge_margin = timedelta(0)
+    return provider
+
+
 async def finished(provider: NatsSchedulerProvider, run: Run) -> Run:
     async def check() -> Run | None:
         current = await provider.get_run(run.run_id)
@@ -61,6 +69,7 @@ async def test_each_deployment_keeps_its_newest_runs_and_unfinished_ones(nats_ur
     handler = RecordingRunHandler()
     async with running(nats_url, prefix, handler, retention_runs=3, call_timeout=60.0,
                        retention_interval=3600.0) as provider:
+        one_clock(provider)
         await provider.apply(schedule("busy"))
         await provider.apply(schedule("other"))
         gate = handler.block(deployment_id="busy", times=1)
@@ -106,6 +115,7 @@ async def test_runs_older_than_the_age_limit_leave_the_history(nats_url: str) ->
     age = 3.0  # seconds: the server drops index entries this old
     async with running(nats_url, prefix, handler, retention_days=age / 86400,
                        call_timeout=60.0, retention_interval=3600.0) as provider:
+        one_clock(provider)
         await provider.apply(schedule("aging"))
         gate = handler.block(deployment_id="aging", times=1)
         unfinished = await run_now(provider, "aging")
@@ -189,6 +199,7 @@ async def test_a_mirror_keeps_what_retention_purges(nats_url: str) -> None:
     prefix = unique_prefix()
     names = Names(prefix)
     async with running(nats_url, prefix, retention_runs=1, retention_interval=3600.0) as provider:
+        one_clock(provider)
         await provider.apply(schedule("kept"))
         nc = await connect_fast(nats_url)
         try:
@@ -234,3 +245,19 @@ async def test_the_clock_of_a_page_is_the_servers(nats_url: str) -> None:
         assert [r.run_id for r in page] == [r.run_id for r in reversed(made[-5:])]
         rest = await provider.list_runs("skewed", limit=50, before=page[-1].run_id)
         assert [r.run_id for r in rest] == [r.run_id for r in reversed(made[:-5])]
+
+
+async def test_the_default_margin_keeps_runs_stored_close_to_the_oldest_retained(
+    nats_url: str,
+) -> None:
+    """On a cluster two nodes' clocks may stamp the index and the Run events: enforcement
+    keeps what was stored within the margin before the oldest retained entry."""
+    prefix = unique_prefix()
+    async with running(nats_url, prefix, retention_runs=1, retention_interval=3600.0) as provider:
+        await provider.apply(schedule("close"))
+        runs = [await finished(provider, await run_now(provider, "close")) for _ in range(3)]
+        await provider.enforce_retention()
+        for run in runs:  # all stored within a second: inside the default margin
+            assert await stored_events(nats_url, prefix, "close", run.run_id) > 0
+        # ... while the history already shows only the newest.
+        assert [r.run_id for r in await provider.list_runs("close")] == [runs[-1].run_id]

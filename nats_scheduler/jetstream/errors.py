@@ -80,21 +80,27 @@ TRANSIENT_ERR_CODES = frozenset({
 10023) is NOT among them: it does not pass by itself within a retry budget."""
 
 
+def _code(exc: nats.js.errors.APIError) -> int | None:
+    """The JetStream error code; None for the client-side errors of nats-py's KV layer
+    (``KeyNotFoundError`` and friends are APIErrors the client raises without a code)."""
+    return getattr(exc, "err_code", None)
+
+
 def is_conflict(exc: BaseException) -> bool:
     """Whether ``exc`` is a failed expected-last-(subject-)sequence check."""
     return (isinstance(exc, nats.js.errors.APIError)
-            and exc.err_code == EngineError.WRONG_LAST_SEQUENCE)
+            and _code(exc) == EngineError.WRONG_LAST_SEQUENCE)
 
 
 def is_not_found(exc: BaseException) -> bool:
     return isinstance(exc, nats.js.errors.NotFoundError) or (
-        isinstance(exc, nats.js.errors.APIError) and exc.err_code == EngineError.NO_MESSAGE_FOUND
+        isinstance(exc, nats.js.errors.APIError) and _code(exc) == EngineError.NO_MESSAGE_FOUND
     )
 
 
 def is_transient(exc: BaseException) -> bool:
     """Whether retrying the same operation may succeed once the store recovers."""
-    if isinstance(exc, nats.js.errors.APIError) and exc.err_code in TRANSIENT_ERR_CODES:
+    if isinstance(exc, nats.js.errors.APIError) and _code(exc) in TRANSIENT_ERR_CODES:
         return True
     if isinstance(exc, nats.js.errors.APIError) and not isinstance(
         exc, (nats.js.errors.ServiceUnavailableError, nats.js.errors.ServerError)

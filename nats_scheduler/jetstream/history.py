@@ -15,7 +15,7 @@ starting at a time), widened until it holds a page, then the Runs' current state
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from datetime import UTC, datetime, timedelta
 
 import msgspec
@@ -28,6 +28,10 @@ from .store import Store
 SLACK = timedelta(seconds=60)
 """How far the server's storing time of an index entry may be from its Run's ``created_at``
 (the writer's clock; see docs/architecture.md on clocks). Windows are widened by it."""
+
+SPARE = 4
+"""Entries read beyond a page: an entry may have no Run (announced, never stored), and an
+entry's key may differ from its Run's by the moment between them."""
 
 MAX_BATCH = 1000
 """Messages one batched read asks for."""
@@ -93,6 +97,10 @@ class RunHistory:
         settings = store.settings
         self.retention_age = timedelta(days=settings.retention_days)
         self.retention_runs = settings.retention_runs
+        self.purge_margin = SLACK
+        """Events stored this long before the oldest retained entry are kept anyway: on a
+        cluster the index and the Run events may have leaders on different nodes, whose
+        clocks stamp them. On a single server one clock stamps both and it could be 0."""
 
     # ------------------------------------------------------------------ writing
 
@@ -110,20 +118,20 @@ class RunHistory:
             "next_by_subj": self._names.index_subject(deployment_id), "batch": 1})
         return _index_entry(msgs[0]) if msgs else None
 
-    async def _window(self, deployment_id: str, lo: datetime, hi: datetime) -> list[_Stored]:
-        """Every entry of the deployment stored from ``lo`` up to ``hi``."""
+    async def _window(self, deployment_id: str, lo: int, hi: int) -> list[_Stored]:
+        """Every entry of the deployment at index sequences ``lo`` up to (excluding) ``hi``."""
         subject = self._names.index_subject(deployment_id)
-        request: dict[str, object] = {"start_time": _iso(lo), "next_by_subj": subject,
-                                      "batch": MAX_BATCH}
         found: list[_Stored] = []
-        while True:
-            msgs = await self._store.direct_batch(self._names.index_stream, request)
+        seq = max(lo, 1)
+        while seq < hi:
+            msgs = await self._store.direct_batch(self._names.index_stream, {
+                "seq": seq, "next_by_subj": subject, "batch": MAX_BATCH})
             batch = [s for s in map(_index_entry, msgs) if s is not None]
-            found.extend(s for s in batch if s.stored_at <= hi)
-            if (len(msgs) < MAX_BATCH or not batch or batch[-1].stored_at > hi
-                    or batch[-1].pending == 0):
-                return found
-            request = {"seq": batch[-1].seq + 1, "next_by_subj": subject, "batch": MAX_BATCH}
+            found.extend(s for s in batch if s.seq < hi)
+            if len(msgs) < MAX_BATCH or not batch or batch[-1].seq >= hi:
+                break
+            seq = batch[-1].seq + 1
+        return found
 
     async def states(self, runs: Iterable[tuple[str, str]]) -> dict[str, tuple[int, RunRecord]]:
         """The current ``(sequence, state)`` of each ``(deployment_id, run_id)``, by Run ID.
@@ -156,25 +164,28 @@ class RunHistory:
     ) -> list[RunRecord]:
         """Up to ``limit`` retained Runs, newest first, older than ``before`` when given.
 
-        Windows are in the server's time (when entries were stored), so the writers' clocks
-        only order Runs within a page, never decide which entries are read.
+        Windows are ranges of the index's own sequence, ending at the cursor and widened
+        until they hold a page; their first width comes from the deployment's share of the
+        index, so a page is a few reads whatever the history's length, and no clock decides
+        which entries are read (the writers' clocks only order Runs within a page).
         """
         first = await self._first(deployment_id)
-        if first is None:
+        last = await self._last(deployment_id)
+        if first is None or last is None:
             return []
         cursor_key = (before.created_at, before.run_id) if before is not None else None
-        hi = await self._window_end(deployment_id, before)
-        span = max((hi - first.stored_at).total_seconds(), 1.0)
-        width = timedelta(seconds=max(60.0, 2 * limit * span / (first.pending + 1)))
+        hi = await self._window_end(deployment_id, before, last)
+        gap = (last.seq - first.seq) / max(first.pending, 1)  # index sequences per entry
+        width = max(limit + SPARE, int(1.25 * (limit + SPARE) * gap))
         while True:
-            lo = hi - width
+            lo = max(first.seq, hi - width)
             entries = {s.entry.run_id: s.entry for s in await self._window(deployment_id, lo, hi)}
             candidates = sorted((e for e in entries.values()
                                  if cursor_key is None or e.key < cursor_key),
                                 key=lambda e: e.key, reverse=True)
-            reached_start = lo <= first.stored_at
+            reached_start = lo <= first.seq
             if len(candidates) >= limit or reached_start:
-                wanted = candidates[:limit + 16]  # a few spare for entries without a Run
+                wanted = candidates[:limit + SPARE]
                 states = await self.states((deployment_id, e.run_id) for e in wanted)
                 # The order is the Runs' own (created_at, run_id): an entry is written a
                 # moment before its Run, so the two keys may differ by that moment.
@@ -185,18 +196,29 @@ class RunHistory:
                     return page[:limit]
             width *= 4
 
-    async def _window_end(self, deployment_id: str, before: RunRecord | None) -> datetime:
-        """Where a page's window ends, in the server's time: just after the cursor Run was
-        stored, or just after the deployment's newest entry."""
+    async def _last(self, deployment_id: str) -> _Stored | None:
+        """The deployment's newest entry."""
+        msgs = await self._store.direct_batch(self._names.index_stream, {
+            "multi_last": [self._names.index_subject(deployment_id)], "batch": 1})
+        return _index_entry(msgs[0]) if msgs else None
+
+    async def _window_end(
+        self, deployment_id: str, before: RunRecord | None, last: _Stored
+    ) -> int:
+        """The index sequence a page's window ends before: past the deployment's newest
+        entry, or past every entry stored before the cursor Run's first event (its own entry
+        is among them: it was stored first)."""
         if before is not None:
             first_event = await self._store.next(
                 self._names.run_subject(deployment_id, before.run_id))
             if first_event is not None and first_event.stored_at is not None:
-                return first_event.stored_at + SLACK
-        msgs = await self._store.direct_batch(self._names.index_stream, {
-            "multi_last": [self._names.index_subject(deployment_id)], "batch": 1})
-        last = _index_entry(msgs[0]) if msgs else None
-        return (last.stored_at if last is not None else datetime.now(UTC)) + SLACK
+                msgs = await self._store.direct_batch(self._names.index_stream, {
+                    "start_time": _iso(first_event.stored_at + SLACK),
+                    "next_by_subj": self._names.index_subject(deployment_id), "batch": 1})
+                after = _index_entry(msgs[0]) if msgs else None
+                if after is not None:
+                    return after.seq
+        return last.seq + 1
 
     async def latest(self) -> dict[str, IndexEntry]:
         """The newest retained entry of every deployment (one read, whatever the history)."""
@@ -210,24 +232,45 @@ class RunHistory:
                 latest[untoken(subject.rsplit(".", 1)[-1])] = stored.entry
         return latest
 
-    async def since(self, start: datetime) -> list[tuple[str, IndexEntry]]:
-        """``(deployment_id, entry)`` of every Run indexed at or after ``start``, oldest first."""
-        request: dict[str, object] = {"start_time": _iso(start),
+    async def newest(
+        self, count: int, window: timedelta
+    ) -> AsyncIterator[list[tuple[str, IndexEntry]]]:
+        """The newest ``count`` entries of every deployment together, stored within ``window``
+        of the newest one, oldest first, in chunks of at most ``MAX_BATCH``.
+
+        Bounded by ``count`` whatever the history's length: it starts ``count`` sequences
+        before the index's end.
+        """
+        last = await self._store.last_seq(self._names.index_stream)
+        if last == 0:
+            return
+        newest_at = await self._stored_at(last)
+        request: dict[str, object] = {"seq": max(1, last - count + 1),
                                       "next_by_subj": self._names.index_filter,
                                       "batch": MAX_BATCH}
-        found: list[tuple[str, IndexEntry]] = []
         while True:
             msgs = await self._store.direct_batch(self._names.index_stream, request)
+            chunk: list[tuple[str, IndexEntry]] = []
             for msg in msgs:
                 stored = _index_entry(msg)
                 subject = (msg.headers or {}).get("Nats-Subject", "")
-                if stored is not None and subject:
-                    found.append((untoken(subject.rsplit(".", 1)[-1]), stored.entry))
+                if stored is None or not subject:
+                    continue
+                if newest_at is None or stored.stored_at >= newest_at - window:
+                    chunk.append((untoken(subject.rsplit(".", 1)[-1]), stored.entry))
+            if chunk:
+                yield chunk
             if len(msgs) < MAX_BATCH:
-                return found
+                return
             last_seq = int((msgs[-1].headers or {}).get("Nats-Sequence", 0))
             request = {"seq": last_seq + 1, "next_by_subj": self._names.index_filter,
                        "batch": MAX_BATCH}
+
+    async def _stored_at(self, seq: int) -> datetime | None:
+        """When the index message at (or after) ``seq`` was stored."""
+        msgs = await self._store.direct_batch(self._names.index_stream,
+                                              {"seq": seq, "batch": 1})
+        return _stored_at(msgs[0]) if msgs else None
 
     # ------------------------------------------------------------------ retention
 
@@ -295,7 +338,7 @@ class RunHistory:
         first = await self._first(deployment_id)
         if first is None:
             return end
-        return await self._first_seq_at(deployment_id, first.stored_at)
+        return await self._first_seq_at(deployment_id, first.stored_at - self.purge_margin)
 
     async def _subjects_between(self, runs_filter: str, lo: int, hi: int) -> set[str]:
         """The Run subjects with an event stored in ``[lo, hi)``."""

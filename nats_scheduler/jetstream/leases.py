@@ -172,7 +172,10 @@ class Leases:
         value = LeaseValue(run_id=run_id, holder=self.identity,
                            expires_at=self._clock.now() + timedelta(seconds=grace),
                            acquired_at=self._clock.now())
-        with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):
+        # The key exists: nats-py's create then reads it (to tell a deleted key from a live
+        # one), and that read may miss while a stream leader is being elected.
+        with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError,
+                                 nats.js.errors.KeyNotFoundError):
             await self._kv.create(self._key(run_id), _encode(value))
 
     async def forget(self, run_id: str) -> None:

@@ -67,6 +67,7 @@ class Ledger:
 
     def __init__(self, recent_limit: int = 10_000) -> None:
         self._recent: OrderedDict[str, tuple[int, RunRecord]] = OrderedDict()
+        self._recent_of: dict[str, set[str]] = {}  # deployment -> its run IDs in _recent
         self._unfinished: dict[str, tuple[int, RunRecord]] = {}
         self._summaries: dict[str, DeploymentSummary] = {}
         self._listeners: list[Listener] = []
@@ -95,8 +96,10 @@ class Ledger:
             self._unfinished[record.run_id] = entry
         self._recent[record.run_id] = entry
         self._recent.move_to_end(record.run_id)
+        self._recent_of.setdefault(record.deployment_id, set()).add(record.run_id)
         while len(self._recent) > self._recent_limit:
-            self._recent.popitem(last=False)
+            _, (_, evicted) = self._recent.popitem(last=False)
+            self._recent_of[evicted.deployment_id].discard(evicted.run_id)
         self._summaries.setdefault(record.deployment_id, DeploymentSummary()).note(record)
         for listener in self._listeners:
             listener(record)
@@ -113,7 +116,8 @@ class Ledger:
 
     def known_runs(self, deployment_id: str) -> list[RunRecord]:
         """The deployment's Runs held in memory (unfinished and recently touched)."""
-        runs = {r.run_id: r for _, r in self._recent.values() if r.deployment_id == deployment_id}
+        runs = {run_id: self._recent[run_id][1]
+                for run_id in self._recent_of.get(deployment_id, ())}
         runs.update((r.run_id, r) for _, r in self._unfinished.values()
                     if r.deployment_id == deployment_id)
         return list(runs.values())

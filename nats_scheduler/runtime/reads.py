@@ -115,16 +115,20 @@ async def load_ledger(
     return [run_id for run_id in wanted if run_id not in states]
 
 
-async def load_recent(ledger: Ledger, history: RunHistory, now: datetime) -> int:
-    """Apply every Run indexed within the failure memory (the views' last day); returns count.
+WARM_UP_RUNS = 50_000
+"""How many of the newest Runs a start loads in the background for the operator views
+(failure counts, last scheduled Run): bounded whatever the history's length."""
 
-    Run in the background after start: it reads one day of index entries, in batches.
+
+async def load_recent(ledger: Ledger, history: RunHistory, now: datetime) -> int:
+    """Apply the newest Runs of the last day (at most ``WARM_UP_RUNS``); returns how many.
+
+    Run in the background after start, one batch at a time, so neither memory nor start time
+    depend on the history.
     """
-    entries = await history.since(now - FAILURE_MEMORY - timedelta(hours=1))
     applied = 0
-    for start in range(0, len(entries), 1000):
-        chunk = entries[start:start + 1000]
-        for seq, record in (await history.states(
-                [(dep, e.run_id) for dep, e in chunk])).values():
+    async for chunk in history.newest(WARM_UP_RUNS, FAILURE_MEMORY + timedelta(hours=1)):
+        states = await history.states([(dep, entry.run_id) for dep, entry in chunk])
+        for seq, record in states.values():
             applied += ledger.apply(seq, record)
     return applied
