@@ -168,7 +168,7 @@ async def test_a_restarted_replica_finds_every_unfinished_run_without_the_histor
     async with running(nats_url, prefix, RecordingRunHandler()) as second:
         # Start-up loaded the open Runs and each deployment's newest Run, not the history.
         assert [r.run_id for r in second.ledger.unfinished()] == [waiting.run_id]
-        assert second.ledger.last_run("noise") is not None
+        assert second.ledger.summary("noise").last is not None
         # ... and the recovery sweep takes the waiting Run over (it waits for its retry time).
         await eventually(lambda: second.dispatcher is not None
                          and waiting.run_id in second.dispatcher.in_flight, timeout=15)

@@ -153,7 +153,7 @@ def build_health(
     def has_run(deployment_id: str, due: datetime) -> bool:
         if ledger.get(scheduled_run_id(deployment_id, due)) is not None:
             return True
-        last = ledger.last_scheduled(deployment_id)
+        last = ledger.summary(deployment_id).last_scheduled
         return last is not None and last.due_at is not None and last.due_at >= due
 
     candidates = ledger.failures(now - policy.failed_window)

@@ -57,7 +57,7 @@ def _upcoming(record: ScheduleRecord, now: datetime, count: int) -> list[datetim
 
 def schedule_view(record: ScheduleRecord, ledger: Ledger, now: datetime) -> ScheduleView:
     """One Schedule row: definition, state, next due times, last Run, failures in 24 h."""
-    last = ledger.last_run(record.deployment_id)
+    last = ledger.summary(record.deployment_id).last
     failures = len(ledger.failures(now - FAILURE_WINDOW, record.deployment_id))
     derived = {name: getattr(record, name) for name in ScheduleRecord.__struct_fields__}
     return ScheduleView(

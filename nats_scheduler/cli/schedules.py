@@ -12,18 +12,7 @@ import argparse
 import sys
 
 from ..admin.api import BulkResult, ScheduleDetail, ScheduleView
-from .common import (
-    EXIT_INVALID,
-    EXIT_OK,
-    admin_client,
-    connection_flags,
-    default_actor,
-    output_flags,
-    print_json,
-    run_command,
-    table,
-    when,
-)
+from . import common
 
 
 def _state(view: ScheduleView) -> str:
@@ -33,11 +22,11 @@ def _state(view: ScheduleView) -> str:
 
 
 def schedule_rows(views: list[ScheduleView]) -> str:
-    return table(
+    return common.table(
         ["DEPLOYMENT", "NAME", "STATE", "CRON", "TIMEZONE", "NEXT DUE", "LAST RUN", "FAILED 24H"],
         [[v.deployment_id, v.name, _state(v), v.cron, v.timezone,
-          when(v.next_due[0]) if v.next_due else "-",
-          f"{v.last_run_state.value} {when(v.last_run_at)}" if v.last_run_state else "-",
+          common.when(v.next_due[0]) if v.next_due else "-",
+          f"{v.last_run_state.value} {common.when(v.last_run_at)}" if v.last_run_state else "-",
           v.failures_24h] for v in views],
     )
 
@@ -52,36 +41,36 @@ def detail_text(detail: ScheduleDetail) -> str:
         f"version     {v.version}",
         f"target      {v.payload.target}",
         f"prompt      {v.payload.prompt}",
-        f"updated     {when(v.updated_at)}",
+        f"updated     {common.when(v.updated_at)}",
     ]
     if v.hold is not None:
-        lines.append(f"held        by {v.hold.by} at {when(v.hold.at)}: {v.hold.reason}")
+        lines.append(f"held        by {v.hold.by} at {common.when(v.hold.at)}: {v.hold.reason}")
     if v.last_run_state is not None:
-        lines.append(f"last run    {v.last_run_state.value} (created {when(v.last_run_at)})")
+        lines.append(f"last run    {v.last_run_state.value} (created {common.when(v.last_run_at)})")
     lines.append(f"failed 24h  {v.failures_24h}")
     lines.append("upcoming:" if detail.upcoming else "upcoming    none (not firing)")
     for due, note in zip(detail.upcoming, detail.dst_notes, strict=False):
-        lines.append(f"  {when(due)}" + (f"  {note}" if note else ""))
+        lines.append(f"  {common.when(due)}" + (f"  {note}" if note else ""))
     return "\n".join(lines)
 
 
 async def _schedules(args: argparse.Namespace) -> int:
-    async with admin_client(args) as client:
+    async with common.admin_client(args) as client:
         if args.deployment:
             detail = await client.get_schedule(args.deployment)
             if args.json:
-                print_json(detail)
+                common.print_json(detail)
             else:
                 print(detail_text(detail), flush=True)
-            return EXIT_OK
+            return common.EXIT_OK
         views = await client.list_schedules(args.filter, include_deleted=args.all)
         if args.json:
-            print_json(views)
-            return EXIT_OK
+            common.print_json(views)
+            return common.EXIT_OK
         print(schedule_rows(views), flush=True)
         if client.last_source == "store":
             print("(read from the store: no scheduler process answered)", flush=True)
-    return EXIT_OK
+    return common.EXIT_OK
 
 
 def _bulk_text(result: BulkResult, hold: bool) -> str:
@@ -94,34 +83,34 @@ def _bulk_text(result: BulkResult, hold: bool) -> str:
 async def _hold_or_release(args: argparse.Namespace, hold: bool) -> int:
     if bool(args.deployment) == bool(args.filter):
         print("error: give either a DEPLOYMENT or --filter TEXT", file=sys.stderr, flush=True)
-        return EXIT_INVALID
-    by = args.by or default_actor()
-    async with admin_client(args) as client:
+        return common.EXIT_INVALID
+    by = args.by or common.default_actor()
+    async with common.admin_client(args) as client:
         if args.filter:
             action = client.hold_bulk if hold else client.release_bulk
             result = await action(args.filter, by=by, reason=args.reason)
             if args.json:
-                print_json(result)
+                common.print_json(result)
             else:
                 print(_bulk_text(result, hold), flush=True)
-            return EXIT_OK
+            return common.EXIT_OK
         single = client.hold if hold else client.release
         view = await single(args.deployment, by=by, reason=args.reason)
         if args.json:
-            print_json(view)
+            common.print_json(view)
         else:
             print(schedule_rows([view]), flush=True)
-    return EXIT_OK
+    return common.EXIT_OK
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parents = [connection_flags(), output_flags()]
+    parents = [common.connection_flags(), common.output_flags()]
     schedules = sub.add_parser("schedules", parents=parents,
                                help="list Schedules, or show one with its next due times")
     schedules.add_argument("deployment", nargs="?", help="show this Schedule in detail")
     schedules.add_argument("--filter", help="only IDs or names containing this text")
     schedules.add_argument("--all", action="store_true", help="include deleted Schedules")
-    schedules.set_defaults(func=lambda a: run_command(a, _schedules))
+    schedules.set_defaults(func=lambda a: common.run_command(a, _schedules))
 
     for name, hold in (("hold", True), ("release", False)):
         command = sub.add_parser(
@@ -132,5 +121,5 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                               "contains this text")
         command.add_argument("--reason", required=True, help="why (recorded)")
         command.add_argument("--by", help="who (recorded; default user@host)")
-        command.set_defaults(func=lambda a, h=hold: run_command(
+        command.set_defaults(func=lambda a, h=hold: common.run_command(
             a, lambda args: _hold_or_release(args, h)))

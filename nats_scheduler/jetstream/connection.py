@@ -23,6 +23,7 @@ import ssl
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import TypedDict, Unpack
 
 import nats.errors
 import nats.js.errors
@@ -241,24 +242,25 @@ class _FirstConnect:
         return True
 
 
-async def open_connection(
-    settings: NatsSettings,
-    name: str,
-    *,
-    error_cb: ErrorCallback | None = None,
-    disconnected_cb: Callback | None = None,
-    reconnected_cb: Callback | None = None,
-) -> Client | ConnectFailure:
-    """One first connect: the connected client, or the verdict on why there is none.
+class Callbacks(TypedDict, total=False):
+    """What a caller may hear of its connection once it is up."""
 
-    ``error_cb`` receives every error the connection reports once connected (permission
-    refusals among them: pass a ``ViolationLog``'s ``on_error``).
-    """
-    attempt = _FirstConnect(error_cb, disconnected_cb)
+    error_cb: ErrorCallback
+    """Every error the connection reports (permission refusals among them: pass a
+    ``ViolationLog``'s ``on_error``)."""
+    disconnected_cb: Callback
+    reconnected_cb: Callback
+
+
+async def open_connection(
+    settings: NatsSettings, name: str, **callbacks: Unpack[Callbacks]
+) -> Client | ConnectFailure:
+    """One first connect: the connected client, or the verdict on why there is none."""
+    attempt = _FirstConnect(callbacks.get("error_cb"), callbacks.get("disconnected_cb"))
     options = connect_options(settings, name)
     options.update(error_cb=attempt.on_error, disconnected_cb=attempt.on_disconnected)
-    if reconnected_cb is not None:
-        options["reconnected_cb"] = reconnected_cb
+    if "reconnected_cb" in callbacks:
+        options["reconnected_cb"] = callbacks["reconnected_cb"]
     nc = Client()
     try:
         if await attempt.run(nc, options, settings.connect_timeout):
@@ -276,22 +278,14 @@ async def _discard(nc: Client) -> None:
         await asyncio.wait_for(nc.close(), 2.0)
 
 
-async def connect(
-    settings: NatsSettings,
-    name: str,
-    *,
-    error_cb: ErrorCallback | None = None,
-    disconnected_cb: Callback | None = None,
-    reconnected_cb: Callback | None = None,
-) -> Client:
+async def connect(settings: NatsSettings, name: str, **callbacks: Unpack[Callbacks]) -> Client:
     """Connect, failing within ``connect_timeout`` (sooner when the server refuses us).
 
     Afterwards the connection reconnects forever: a provider that lost its server must come
     back by itself once the server does. The callbacks let a console say so while it waits.
     Raises :class:`ConnectMisconfigured` or :class:`ConnectUnavailable` (seam errors).
     """
-    opened = await open_connection(settings, name, error_cb=error_cb,
-                                   disconnected_cb=disconnected_cb, reconnected_cb=reconnected_cb)
+    opened = await open_connection(settings, name, **callbacks)
     if isinstance(opened, ConnectFailure):
         raise connect_error(opened, store_message(opened, settings))
     return opened

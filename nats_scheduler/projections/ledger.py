@@ -122,13 +122,9 @@ class Ledger:
                     if r.deployment_id == deployment_id)
         return list(runs.values())
 
-    def last_run(self, deployment_id: str) -> RunRecord | None:
-        summary = self._summaries.get(deployment_id)
-        return summary.last if summary else None
-
-    def last_scheduled(self, deployment_id: str) -> RunRecord | None:
-        summary = self._summaries.get(deployment_id)
-        return summary.last_scheduled if summary else None
+    def summary(self, deployment_id: str) -> DeploymentSummary:
+        """The deployment's newest Run and newest scheduled Run (empty when none is known)."""
+        return self._summaries.get(deployment_id) or DeploymentSummary()
 
     def failures(self, since: datetime, deployment_id: str | None = None) -> list[RunRecord]:
         """FAILED Runs that changed at or after ``since`` (of one deployment, or of all)."""
