@@ -344,7 +344,7 @@ class NatsSchedulerProvider:
             due_at=None, payload=payload, now=self._clock.now(), actor=self._identity,
             replay_of=request.replay_of, requested_by=request.requested_by, reason=reason,
         )
-        await running.runs.announce(event.run)
+        event = runcore.indexed(event, await running.runs.announce(event.run))
         _, stored, created = await running.runs.create(event, msg_id=msg_id)
         if created:
             running.submit(stored)

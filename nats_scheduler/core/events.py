@@ -47,6 +47,9 @@ class RunRecord(Run, frozen=True, kw_only=True):
     """When the next attempt may start (while PENDING after a transient failure)."""
     first_attempt_at: datetime | None = None
     """Start of the first attempt: the retry budget's total time counts from here."""
+    index_seq: int | None = None
+    """The sequence of the Run's history index entry (written just before ``run.created``):
+    where a page that starts after this Run begins, and whether the Run is still retained."""
 
     @property
     def finished(self) -> bool:

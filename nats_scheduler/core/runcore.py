@@ -109,6 +109,14 @@ def create(
     return RunCreated(at=now, actor=actor, run=record)
 
 
+def indexed(event: RunCreated, index_seq: int | None) -> RunCreated:
+    """The create with the sequence of the Run's history index entry recorded on the Run."""
+    if index_seq is None:
+        return event
+    return msgspec.structs.replace(
+        event, run=msgspec.structs.replace(event.run, index_seq=index_seq))
+
+
 def claim(record: RunRecord, *, holder: str, now: datetime) -> RunClaimed:
     """Start the next attempt under ``holder``'s lease.
 

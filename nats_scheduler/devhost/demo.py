@@ -59,7 +59,9 @@ SAMPLES: tuple[dict[str, Any], ...] = (
 """Sample Deployments: several zones (one with a half-hour offset), one every minute, one
 disabled."""
 
-STOP_GRACE_SECONDS = 15.0
+STOP_GRACE_SECONDS = 5.0
+"""A replica drains for 3 s (ASTRABOX_NATS_DRAIN_SECONDS below) and stops its admin service
+within 2 s; past this it is killed, so Ctrl+C ends the demo well within 10 s even under load."""
 READY_TIMEOUT_SECONDS = 45.0
 
 

@@ -104,11 +104,13 @@ class RunHistory:
 
     # ------------------------------------------------------------------ writing
 
-    async def announce(self, record: RunRecord) -> None:
-        """Write the Run's index entry (before its ``run.created``; repeats are one entry)."""
+    async def announce(self, record: RunRecord) -> int:
+        """Write the Run's index entry (before its ``run.created``; repeats are one entry).
+
+        Returns its sequence: a repeat within the duplicate window gets the first one's."""
         entry = IndexEntry(run_id=record.run_id, created_at=record.created_at)
-        await self._store.publish(self._names.index_subject(record.deployment_id),
-                                  _encode(entry), msg_id=index_msg_id(record.run_id))
+        return await self._store.publish(self._names.index_subject(record.deployment_id),
+                                         _encode(entry), msg_id=index_msg_id(record.run_id))
 
     # ------------------------------------------------------------------ reading
 
@@ -208,6 +210,8 @@ class RunHistory:
         """The index sequence a page's window ends before: past the deployment's newest
         entry, or past every entry stored before the cursor Run's first event (its own entry
         is among them: it was stored first)."""
+        if before is not None and before.index_seq is not None:
+            return before.index_seq + 1
         if before is not None:
             first_event = await self._store.next(
                 self._names.run_subject(deployment_id, before.run_id))
@@ -289,6 +293,8 @@ class RunHistory:
         first = await self._first(record.deployment_id)
         if first is None or record.created_at < first.entry.created_at - SLACK:
             return False
+        if record.index_seq is not None:
+            return record.index_seq >= first.seq
         event = await self._store.next(
             self._names.run_subject(record.deployment_id, record.run_id))
         return (event is not None and event.stored_at is not None

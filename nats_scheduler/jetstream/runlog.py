@@ -39,21 +39,26 @@ class RunLog:
         self._leases = leases
         self._claim_grace = claim_grace
 
-    async def announce(self, run: RunRecord) -> None:
+    async def announce(self, run: RunRecord) -> int | None:
         """Write the Run's history entry and open its key, before its ``run.created``.
 
-        Both are idempotent, so every replica firing the same due time may announce it.
-        A Run announced but never stored (its creator died, or lost the Schedule's freshness
-        check) leaves an entry that reads skip and a key that the next start closes.
+        Returns the entry's sequence (the same for every announcer of one Run), to record on
+        the Run. Both writes are idempotent, so every replica firing the same due time may
+        announce it. A Run announced but never stored (its creator died, or lost the
+        Schedule's freshness check) leaves an entry that reads skip and a key that the next
+        start closes.
         """
-        writes = []
-        if self._history is not None:
-            writes.append(self._history.announce(run))
-        if self._leases is not None:
-            writes.append(self._store.retrying(
-                "could not open a run",
-                lambda: self._leases.announce(run.run_id, self._claim_grace)))  # type: ignore[union-attr]
-        await asyncio.gather(*writes)
+        async def entry() -> int | None:
+            return None if self._history is None else await self._history.announce(run)
+
+        async def key() -> None:
+            if self._leases is not None:
+                leases = self._leases
+                await self._store.retrying(
+                    "could not open a run", lambda: leases.announce(run.run_id, self._claim_grace))
+
+        seq, _ = await asyncio.gather(entry(), key())
+        return seq
 
     async def create(
         self, event: RunCreated, *, msg_id: str, retry_seconds: float | None = None

@@ -91,7 +91,7 @@ class Firing:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.store.retry_seconds
         delay = 0.05
-        announced = False
+        announced, index_seq = False, None
         while True:
             read_at = self.clock.now()
             record = await self.schedules.read(deployment_id)
@@ -102,14 +102,15 @@ class Firing:
                     f"{due.isoformat()} is not a due time of deployment {deployment_id!r}"
                 )
             if not announced:  # once: its history entry and open key, before the create
-                await self.runs.announce(self._event(record, due, read_at).run)
+                index_seq = await self.runs.announce(self._event(record, due, read_at).run)
                 announced = True
             # Past the deadline a busy process still fires (liveness): the create may then
             # leave on an older read, and the gate checks such a Run against the Schedule
             # as it stood when the Run was stored.
             fresh_only = loop.time() < deadline
             try:
-                return await self._create(record, due, read_at, fresh_only=fresh_only)
+                return await self._create(record, due, read_at, fresh_only=fresh_only,
+                                          index_seq=index_seq)
             except _StaleRead:
                 self.stale_fires += 1
                 self.metrics.stale_fire_read()
@@ -122,7 +123,8 @@ class Firing:
                 delay = min(delay * 2, 1.0)
 
     async def _create(
-        self, record: ScheduleRecord, due: datetime, read_at: datetime, *, fresh_only: bool
+        self, record: ScheduleRecord, due: datetime, read_at: datetime, *, fresh_only: bool,
+        index_seq: int | None = None,
     ) -> RunRecord:
         """Send the create of a scheduled Run once, if the Schedule read is still fresh.
 
@@ -135,7 +137,7 @@ class Firing:
             raise _StaleRead()
         if not self.store.connected:
             raise SchedulerUnavailable("the scheduler store is unavailable: not connected")
-        event = self._event(record, due, now)
+        event = runcore.indexed(self._event(record, due, now), index_seq)
         _, stored, created = await self.runs.create(
             event, msg_id=scheduled_create_msg_id(record.deployment_id, due), retry_seconds=0
         )

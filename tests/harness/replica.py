@@ -237,7 +237,7 @@ class Replica:
         )
         # As enqueue does: announce (history entry, open key held for the claim grace), then
         # the create; only the hand-over to this process's dispatcher is left out.
-        await provider.runlog.announce(event.run)
+        event = runcore.indexed(event, await provider.runlog.announce(event.run))
         _, stored, _ = await provider.runlog.create(
             event, msg_id=requested_create_msg_id(run_id))
         return {"run": run_to_json(stored.to_run())}
