@@ -50,6 +50,15 @@ def span(seconds: float) -> str:
     return f"{days} d {hours} h" if hours else f"{days} d"
 
 
+def lateness(seconds: float | None) -> str:
+    """A firing's lateness: ``4 ms`` below a second, ``1.2 s`` below 100 s, ``5 min`` above."""
+    if seconds is None:
+        return DASH
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    return f"{seconds:.1f} s" if seconds < 100 else span(seconds)
+
+
 def relative(instant: datetime | None, now: datetime) -> str:
     """``in 42 s`` for the future, ``3 min ago`` for the past, a dash for None."""
     if instant is None:

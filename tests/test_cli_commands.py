@@ -136,10 +136,19 @@ async def test_events_status_and_doctor(cli: Cli) -> None:
     code, out, _ = await cli.run("status")
     assert code == 0, out
     assert "replicas alive: 1" in out and cli.provider.identity in out and "health: ok" in out
+    assert "history retention: 90 days, newest 10000 Runs per deployment" in out
+    # this replica's own figures: the Run now above, created and dispatched by it
+    figures = next(line for line in out.splitlines()
+                   if line.startswith(f"  {cli.provider.identity}: "))
+    assert "Runs created 1 (run_now 1), dispatched 1 (run_now 1), failed 0" in figures
     report = await cli.json("status")
     assert report["healthy"] is True and report["source"] == "service"  # type: ignore[index]
+    replica = report["cluster"]["replicas"][0]  # type: ignore[index]
+    assert replica["metrics"]["runs_created"] == {"run_now": 1}
+    assert report["cluster"]["store"]["retention_runs"] == 10_000  # type: ignore[index]
     code, out, _ = await cli.run("doctor")
     assert code in (0, 7) and out.startswith("CHECK")
+    assert "history retention" in out and f"stream {cli.prefix}_RUNINDEX" in out
     doctor = json.loads((await cli.run("doctor", "--json"))[1])
     assert {"name", "status", "detail"} <= set(doctor["checks"][0])
 
@@ -205,3 +214,64 @@ def test_clock_skew_is_measured_against_the_replicas_median() -> None:
                 for name, offset in (("a", 0.0), ("b", 0.5), ("c", 3.0))]
     assert clock_skews(replicas) == {"a": -0.5, "b": 0.0, "c": 2.5}
     assert clock_skews([ReplicaView(identity="x")]) == {}
+
+
+def test_status_text_shows_the_retention_and_every_replica_figure() -> None:
+    """Fixed data: a replica with figures, one of a version without them, and the store's
+    retention (from the index stream). A few figures are columns, all are on a line."""
+    from datetime import UTC, datetime
+
+    import msgspec
+
+    from nats_scheduler.admin.api import (
+        ClusterStatus,
+        Health,
+        LatenessSummary,
+        ReplicaMetrics,
+        ReplicaView,
+        StoreHealth,
+    )
+    from nats_scheduler.cli.status import status_text
+
+    t = datetime(2026, 3, 28, 12, tzinfo=UTC)
+    figures = ReplicaMetrics(
+        runs_created={"schedule": 40, "run_now": 2}, runs_dispatched={"schedule": 39, "run_now": 2},
+        runs_failed={"schedule": 1}, dispatch_attempts=44, dispatch_retries=2, takeovers=1,
+        stale_fire_reads=3, store_errors={"transient": 5}, schedules={"held": 1, "active": 5},
+        runs_in_flight=1,
+        lateness={"started": LatenessSummary(count=40, p50=0.009, p95=0.02, p99=1.25, max=2.0),
+                  "stored": LatenessSummary(count=40, p50=0.002, p95=0.003, p99=0.004, max=0.01)})
+    status = ClusterStatus(
+        replicas=[ReplicaView(identity="r-1", started_at=t, now=t, in_flight=["run-1"],
+                              schedules_planned=6, metrics=figures),
+                  ReplicaView(identity="r-old", started_at=t, now=t)],
+        leases=[], in_flight=["run-1"],
+        store=StoreHealth(reachable=True, server_version="2.15.1", replicas=1, leader="n1",
+                          detail="9 schedule events, 12 run events", retention_days=7.5,
+                          retention_runs=250))
+    text = status_text(status, Health(silent_stops=[], stuck_runs=[], failed_runs=[]))
+    lines = text.splitlines()
+    assert lines[:8] == [
+        "store: reachable, server 2.15.1, replicas 1, leader n1, 9 schedule events, "
+        "12 run events",
+        "history retention: 7.5 days, newest 250 Runs per deployment",
+        "replicas alive: 2",
+        "  IDENTITY  STARTED               CLOCK SKEW  IN FLIGHT  PLANNED  RUNS  FAILED  "
+        "LATE P99 STORED/STARTED",
+        "  r-1       2026-03-28 12:00:00Z  +0.000s     1          6        42    1       "
+        "4ms/1.2s",
+        "  r-old     2026-03-28 12:00:00Z  +0.000s     0          0        -     -       -",
+        "figures since each replica started:",
+        "  r-1: lateness p50/p99 stored 2ms/4ms (40 firings), started 9ms/1.2s (40 firings); "
+        "Runs created 42 (run_now 2, schedule 40), dispatched 41 (run_now 2, schedule 39), "
+        "failed 1 (schedule 1); attempts 44, retries 2, takeovers 1, stale firing reads 3; "
+        "store errors transient 5; in flight 1; Schedules active 5, held 1",
+    ]
+    assert lines[8] == "  r-old: no figures (a provider version from before they were reported)"
+    unknown = msgspec.structs.replace(status.store, retention_days=None, retention_runs=None)
+    assert "history retention: not reported" in status_text(
+        msgspec.structs.replace(status, store=unknown, replicas=[]),
+        Health(silent_stops=[], stuck_runs=[], failed_runs=[]))
+    assert "replicas alive: 0\nleases held: 0" in status_text(
+        msgspec.structs.replace(status, replicas=[]),
+        Health(silent_stops=[], stuck_runs=[], failed_runs=[]))

@@ -24,10 +24,12 @@ from nats_scheduler.admin.doctor import (
     parse_varz,
     permissions_check,
     replication_check,
+    retention_check,
     run_doctor,
     version_check,
 )
 from nats_scheduler.admin.permissions import probes
+from nats_scheduler.admin.reader import Retention
 from nats_scheduler.admin.service import start_admin_service
 from nats_scheduler.jetstream.connection import (
     MIN_SERVER_VERSION,
@@ -165,6 +167,29 @@ def test_clock_check() -> None:
     assert clock_check({"a": -2.6}, 5.0).status == Status.FAIL
 
 
+def test_retention_check() -> None:
+    """The index stream's limits are reported as they are; a missing index or a missing
+    limit is a warning; limits other than this environment's settings are said, not failed."""
+    defaults = NatsSettings()
+    missing = retention_check("P_RUNINDEX", None, defaults)
+    assert missing.status == Status.WARN
+    assert "P_RUNINDEX missing" in missing.detail
+    assert "no provider of this version" in missing.detail
+    in_force = retention_check("P_RUNINDEX", Retention(90.0, 10_000), defaults)
+    assert in_force.status == Status.OK
+    assert in_force.detail.startswith("90 days, newest 10000 Runs per deployment (stream P_")
+    assert "settings say" not in in_force.detail
+    other = retention_check("P_RUNINDEX", Retention(7.5, 200), defaults)
+    assert other.status == Status.OK
+    assert other.detail.startswith("7.5 days, newest 200 Runs per deployment (stream "
+                                   "P_RUNINDEX: max_age 7.5d, max_msgs_per_subject 200)")
+    assert "these settings say 90 days, newest 10000 Runs per deployment" in other.detail
+    unbounded = retention_check("P_RUNINDEX", Retention(None, 10_000), defaults)
+    assert unbounded.status == Status.WARN and "no age limit" in unbounded.detail
+    assert "max_age 0 (none)" in unbounded.detail
+    assert "grows without bound" in unbounded.detail
+
+
 def test_report_lines_and_ok() -> None:
     report = DoctorReport([Check("a", Status.OK, "fine"), Check("b", Status.WARN, "hm")])
     assert report.ok and report.lines() == ["[ok]   a: fine", "[warn] b: hm"]
@@ -216,6 +241,32 @@ async def test_doctor_on_a_plain_server(nats_server: NatsServer) -> None:
     assert "sync_interval is not 'always'" in report.get("durability").detail
     assert status["permissions"] == Status.WARN  # no users: anyone may delete streams
     assert status["clock skew"] == Status.OK
+    assert status["history retention"] == Status.OK
+    assert report.get("history retention").detail.startswith(
+        f"90 days, newest 10000 Runs per deployment (stream {prefix}_RUNINDEX")
+
+
+async def test_doctor_reports_the_retention_the_index_stream_enforces(
+    nats_server: NatsServer,
+) -> None:
+    """Before any provider started: a warning naming the missing index. After one started
+    with its own retention: those limits, read from the server, not from the doctor's
+    settings (which differ here, and the doctor says so)."""
+    prefix = unique_prefix()
+    before = await run_doctor(NatsSettings(url=nats_server.url, prefix=prefix))
+    missing = before.get("history retention")
+    assert missing.status == Status.WARN
+    assert f"{prefix}_RUNINDEX missing" in missing.detail
+    async with running(nats_server.url, prefix, retention_days=3.0, retention_runs=20):
+        pass
+    after = await run_doctor(NatsSettings(url=nats_server.url, prefix=prefix))
+    in_force = after.get("history retention")
+    assert in_force.status == Status.OK, after.lines()
+    assert in_force.detail.startswith("3 days, newest 20 Runs per deployment")
+    assert "these settings say 90 days" in in_force.detail
+    same = await run_doctor(NatsSettings(url=nats_server.url, prefix=prefix,
+                                         retention_days=3.0, retention_runs=20))
+    assert "settings say" not in same.get("history retention").detail
 
 
 async def test_doctor_finds_a_skewed_replica_clock(nats_server: NatsServer) -> None:

@@ -23,7 +23,9 @@ from nats_scheduler.admin.api import (
     ClusterStatus,
     ErrorCode,
     Health,
+    LatenessSummary,
     LeaseView,
+    ReplicaMetrics,
     ReplicaView,
     RunList,
     RunView,
@@ -42,6 +44,25 @@ NOW = datetime(2026, 3, 28, 12, 0, tzinfo=UTC)
 
 REPLICA_A = "sched-a-4121-1f2e3d"
 REPLICA_B = "sched-b-3377-9a8b7c"
+
+
+REPLICA_A_METRICS = ReplicaMetrics(
+    runs_created={"schedule": 118, "run_now": 3}, runs_dispatched={"schedule": 117, "run_now": 3},
+    dispatch_attempts=122, dispatch_retries=2, schedules={"active": 4, "held": 1, "disabled": 1},
+    lateness={"stored": LatenessSummary(count=118, p50=0.004, p95=0.009, p99=0.012, max=0.02),
+              "started": LatenessSummary(count=117, p50=0.011, p95=0.03, p99=0.041, max=0.09)},
+)
+"""The younger replica: a quiet day (two retries, nothing failed)."""
+
+REPLICA_B_METRICS = ReplicaMetrics(
+    runs_created={"schedule": 512, "replay": 1}, runs_dispatched={"schedule": 506, "replay": 1},
+    runs_failed={"schedule": 2}, dispatch_attempts=531, dispatch_retries=14, takeovers=1,
+    stale_fire_reads=1, store_errors={"transient": 3},
+    schedules={"active": 4, "held": 1, "disabled": 1},
+    lateness={"stored": LatenessSummary(count=512, p50=0.005, p95=0.014, p99=0.031, max=1.2),
+              "started": LatenessSummary(count=509, p50=0.013, p95=0.05, p99=0.24, max=6.5)},
+)
+"""The older replica: it took a Run over once, two Runs failed, the store hiccuped."""
 
 
 def frozen_clock() -> ManualClock:
@@ -258,15 +279,19 @@ class FakeBackend:
         return ClusterStatus(
             replicas=[
                 ReplicaView(identity=REPLICA_A, started_at=_at(-6), now=now + timedelta(
-                    milliseconds=200), in_flight=[], schedules_planned=6),
+                    milliseconds=200), in_flight=[], schedules_planned=6,
+                    metrics=REPLICA_A_METRICS),
                 ReplicaView(identity=REPLICA_B, started_at=_at(-30), now=now - timedelta(
-                    seconds=2.5), in_flight=in_flight, schedules_planned=6),
+                    seconds=2.5), in_flight=in_flight, schedules_planned=6,
+                    metrics=msgspec.structs.replace(REPLICA_B_METRICS,
+                                                    runs_in_flight=len(in_flight))),
             ],
             leases=[LeaseView(run_id=r, holder=REPLICA_B, expires_at=_at(-8.7))
                     for r in in_flight],
             in_flight=in_flight,
             store=StoreHealth(reachable=True, server_version="2.15.1", replicas=1,
-                              leader="astrabox-demo"),
+                              leader="astrabox-demo", retention_days=90.0,
+                              retention_runs=10_000),
         )
 
     async def health(self) -> Health:

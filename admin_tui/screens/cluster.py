@@ -1,4 +1,5 @@
-"""The cluster: provider processes, Run leases, in-flight Runs, the store's health."""
+"""The cluster: provider processes and their figures, Run leases, in-flight Runs, the
+store's health and the history retention."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Label
+from textual.widgets import DataTable, Footer, Label
 
-from nats_scheduler.admin.api import ClusterStatus
+from nats_scheduler.admin.api import ClusterStatus, ReplicaView
 from nats_scheduler.core import events as ev
 
 from ..messages import ClusterLoaded
 from ..widgets.lease_table import LeaseTable
+from ..widgets.replica_summary import ReplicaSummary
 from ..widgets.replica_table import ReplicaTable
 from ..widgets.store_panel import StorePanel
 from ..widgets.top_bar import TopBar
@@ -38,6 +40,7 @@ class ClusterScreen(ConsoleScreen):
             with Vertical(id="replicas-box"):
                 yield Label("Provider processes", classes="section-title")
                 yield ReplicaTable(id="replicas")
+        yield ReplicaSummary(id="replica-summary")
         yield Label("Run leases", classes="section-title")
         yield LeaseTable(id="leases")
         yield Label("", id="in-flight")
@@ -65,9 +68,22 @@ class ClusterScreen(ConsoleScreen):
         if self.status is None:
             return
         self.query_one(ReplicaTable).show(self.status.replicas, now)
+        self.query_one(ReplicaSummary).show(self.selected_replica())
         self.query_one(LeaseTable).show(self.status.leases, now)
         flight = ", ".join(self.status.in_flight) or "none"
         self.query_one("#in-flight", Label).update(f"In-flight Runs: {flight}")
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id == "replicas":
+            self.query_one(ReplicaSummary).show(self.selected_replica())
+
+    def selected_replica(self) -> ReplicaView | None:
+        """The replica under the cursor (the first one before the table has a cursor)."""
+        if self.status is None or not self.status.replicas:
+            return None
+        key = self.query_one(ReplicaTable).selected_key
+        by_identity = {r.identity: r for r in self.status.replicas}
+        return by_identity.get(key or "", self.status.replicas[0])
 
     def action_refresh(self) -> None:
         self._load()

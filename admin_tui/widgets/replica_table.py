@@ -1,4 +1,5 @@
-"""The provider processes (replicas) that answered the admin service."""
+"""The provider processes (replicas) that answered the admin service, with a few of the
+figures each publishes (the line under the table, ``replica_summary``, shows them all)."""
 
 from __future__ import annotations
 
@@ -7,19 +8,25 @@ from datetime import datetime
 
 from rich.text import Text
 
-from nats_scheduler.admin.api import ReplicaView
+from nats_scheduler.admin.api import ReplicaMetrics, ReplicaView
 from nats_scheduler.admin.skew import clock_skews
 
-from ..formatting import DASH, relative
+from ..formatting import DASH, lateness, relative
 from .keyed_table import KeyedTable
 
 COLUMNS = (
-    ("identity", "Process", 30),
-    ("started", "Up", 12),
-    ("skew", "Clock skew", 10),
+    ("identity", "Process", 19),
+    ("started", "Up", 9),
+    ("skew", "Skew", 7),
     ("in_flight", "In flight", 9),
-    ("planned", "Schedules", 9),
+    ("planned", "Planned", 7),
+    ("runs", "Runs", 5),
+    ("failed", "Failed", 6),
+    ("late", "Late p99", 8),
 )
+
+LATE_SECONDS = 5.0
+"""A p99 lateness past this is red: the alert docs/operations.md ("Metrics") suggests."""
 
 
 def skew_text(seconds: float | None) -> Text:
@@ -35,6 +42,22 @@ def skew_text(seconds: float | None) -> Text:
     return Text(f"{round(seconds, 1) + 0.0:+.1f} s", style=style)
 
 
+def figure_cells(metrics: ReplicaMetrics | None) -> list[Text]:
+    """Runs created, Runs failed, p99 lateness to ``start_session`` (dashes: no figures,
+    a replica of a version from before they were reported)."""
+    if metrics is None:
+        return [Text(DASH, style="dim")] * 3
+    failed = sum(metrics.runs_failed.values())
+    started = metrics.lateness.get("started")
+    p99 = started.p99 if started is not None else None
+    return [
+        Text(str(sum(metrics.runs_created.values()))),
+        Text(str(failed), style="bold red" if failed else ""),
+        Text(lateness(p99), style="bold red" if p99 is not None and p99 >= LATE_SECONDS
+             else "" if p99 is not None else "dim"),
+    ]
+
+
 class ReplicaTable(KeyedTable):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(COLUMNS, **kwargs)
@@ -48,4 +71,5 @@ class ReplicaTable(KeyedTable):
             skew_text(skews.get(r.identity)),
             Text(str(len(r.in_flight))),
             Text(str(r.schedules_planned)),
+            *figure_cells(r.metrics),
         ]) for r in replicas])

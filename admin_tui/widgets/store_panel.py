@@ -1,4 +1,4 @@
-"""The store's health as the admin service sees it."""
+"""The store's health as the admin service sees it, and the history retention in force."""
 
 from __future__ import annotations
 
@@ -6,7 +6,18 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from nats_scheduler.admin.api import ClusterStatus
+from nats_scheduler.admin.api import ClusterStatus, StoreHealth
+
+from ..formatting import DASH
+
+
+def retention_text(store: StoreHealth) -> Text:
+    """``90 d · 10000 Runs``: the index stream's age limit and Runs kept per deployment."""
+    if store.retention_days is None and store.retention_runs is None:
+        return Text(DASH, style="dim")
+    age = "no age limit" if store.retention_days is None else f"{store.retention_days:g} d"
+    runs = "no count limit" if store.retention_runs is None else f"{store.retention_runs} Runs"
+    return Text(f"{age} · {runs}")
 
 
 def store_table(status: ClusterStatus) -> Table:
@@ -21,6 +32,7 @@ def store_table(status: ClusterStatus) -> Table:
     grid.add_row("Leader", store.leader or "—")
     if store.detail:
         grid.add_row("Detail", Text(store.detail, style="yellow"))
+    grid.add_row("Retention", retention_text(store))
     grid.add_row("Processes", str(len(status.replicas)))
     grid.add_row("In flight", str(len(status.in_flight)))
     grid.add_row("Leases", str(len(status.leases)))

@@ -148,11 +148,22 @@ class LeaseView(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class StoreHealth(msgspec.Struct, frozen=True, kw_only=True):
+    """The store as the reader found it, and the history retention in force.
+
+    ``retention_days`` and ``retention_runs`` are the limits of the history index stream
+    (``<P>_RUNINDEX``: ``max_age`` in days, ``max_msgs_per_subject``), which ARE the
+    retention (docs/configuration.md, "History retention"): what the server enforces, not
+    what some process's settings say. None when the index could not be read (no provider of
+    this version started yet) or sets no such limit.
+    """
+
     reachable: bool
     server_version: str | None = None
     replicas: int | None = None
     leader: str | None = None
     detail: str | None = None
+    retention_days: float | None = None
+    retention_runs: int | None = None
 
 
 class ClusterStatus(msgspec.Struct, frozen=True, kw_only=True):

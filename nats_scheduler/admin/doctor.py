@@ -2,8 +2,9 @@
 
 The provider's guarantees rest on the server (docs/configuration.md): a version with the
 conditional-publish fixes (2.12.3+), JetStream, the streams and bucket set up as the
-provider needs them, replicas on a cluster, ``sync_interval: always``, least-privilege
-users and replica clocks that agree. :func:`run_doctor` checks each and says what to do.
+provider needs them, the history retention they enforce, replicas on a cluster,
+``sync_interval: always``, least-privilege users and replica clocks that agree.
+:func:`run_doctor` checks each and says what to do.
 
 The doctor talks to operators of NATS, so unlike the provider's errors (docs/contract.md,
 "Errors") its messages use NATS words: they must name the setting to change.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -43,7 +45,7 @@ from ..names import Names
 from ..seam import SchedulerError
 from ..settings import NatsSettings
 from .permissions import ViolationLog, capabilities
-from .reader import REPLICA_STATUS_ENDPOINT
+from .reader import REPLICA_STATUS_ENDPOINT, Retention, index_retention
 
 __all__ = [
     "Check",
@@ -53,6 +55,7 @@ __all__ = [
     "durability_check",
     "permissions_check",
     "replication_check",
+    "retention_check",
     "run_doctor",
     "version_check",
 ]
@@ -242,6 +245,41 @@ def clock_check(skews: Mapping[str, float] | None, lease_seconds: float,
     return Check("clock skew", Status.OK, shown)
 
 
+def _limits(days: float | None, runs: int | None) -> str:
+    age = "no age limit" if days is None else f"{days:g} days"
+    count = "no count limit" if runs is None else f"newest {runs} Runs per deployment"
+    return f"{age}, {count}"
+
+
+def retention_check(stream: str, found: Retention | None, settings: NatsSettings) -> Check:
+    """Report the history retention the server enforces: the index stream's limits.
+
+    ``found`` is None when the index stream is missing: no provider of this version has
+    started with this prefix yet, so nothing bounds the history until one does (it creates
+    the index with the retention settings). A stream without a limit keeps the history
+    growing; limits other than this environment's settings are the ones in force, and a
+    provider started with these settings would change them (``start()`` updates the index).
+    """
+    wanted = _limits(settings.retention_days, settings.retention_runs)
+    if found is None:
+        return Check("history retention", Status.WARN,
+                     f"stream {stream} missing: no provider of this version has started with "
+                     f"this prefix yet; the first one creates it with {wanted} "
+                     "(ASTRABOX_NATS_RETENTION_DAYS, ASTRABOX_NATS_RETENTION_RUNS)")
+    age = "0 (none)" if found.days is None else f"{found.days:g}d"
+    shown = (f"{_limits(found.days, found.runs)} (stream {stream}: max_age {age}, "
+             f"max_msgs_per_subject {found.runs if found.runs is not None else -1})")
+    if found.days is None or found.runs is None:
+        return Check("history retention", Status.WARN,
+                     f"{shown}: the history grows without bound; a provider's start sets the "
+                     "limits again from ASTRABOX_NATS_RETENTION_DAYS and _RUNS")
+    if found.runs != settings.retention_runs or not math.isclose(
+            found.days, settings.retention_days, rel_tol=1e-9):
+        shown += (f"; these settings say {wanted}: a provider started with them changes "
+                  "the retention")
+    return Check("history retention", Status.OK, shown)
+
+
 # =========================================================================== gathering
 
 
@@ -319,6 +357,23 @@ async def _stream_checks(
                             f"R{replicas[name]}, {info.state.messages} message(s), "
                             f"{info.state.bytes / 2**20:.1f} MiB"))
     return checks, replicas, cluster
+
+
+async def _retention(nc: Client, settings: NatsSettings, log: ViolationLog) -> Check:
+    stream = Names(settings.prefix).index_stream
+    mark = log.mark()
+    try:
+        found = await index_retention(nc.jetstream(timeout=_TIMEOUT), Names(settings.prefix))
+    except (TimeoutError, nats.errors.TimeoutError):
+        refused = log.refused_since(mark, "publish", f"$JS.API.STREAM.INFO.{stream}")
+        return Check("history retention", Status.WARN,
+                     f"unknown: {'this user may not read' if refused else 'no answer for'} "
+                     f"stream {stream}")
+    except nats.js.errors.APIError as exc:  # JetStream off or unusable: said above
+        return Check("history retention", Status.WARN,
+                     f"unknown: stream {stream} cannot be read "
+                     f"({exc.description or 'JetStream is off'})")
+    return retention_check(stream, found, settings)
 
 
 def _fetch_varz(url: str) -> Varz:
@@ -421,6 +476,7 @@ async def run_doctor(settings: NatsSettings, *, monitor_url: str | None = None) 
                   await _jetstream_check(nc, log)]
         stream_checks, replicas, cluster = await _stream_checks(nc, settings, log)
         checks += stream_checks
+        checks.append(await _retention(nc, settings, log))
         nodes = len({url.netloc for url in nc.servers})
         checks.append(replication_check(cluster, nodes, replicas, settings.replicas))
         checks.append(await _durability(monitor_url))

@@ -28,7 +28,8 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js.api import DeliverPolicy
+from nats.js.api import DeliverPolicy, StreamConfig
+from nats.js.client import JetStreamContext
 
 from ..clock import Clock, SystemClock
 from ..core.events import RunRecord, ScheduleRecord, decode_schedule_event
@@ -178,6 +179,42 @@ async def gather(nc: Client, subject: str, payload: bytes = b"{}", *, timeout: f
     return answers
 
 
+@dataclass(frozen=True)
+class Retention:
+    """The history retention in force: the limits of the index stream ``<P>_RUNINDEX``.
+
+    The server enforces them (docs/configuration.md, "History retention"), so they, not any
+    process's settings, say what the history keeps. None: no such limit on the stream.
+    """
+
+    days: float | None
+    """``max_age`` in days: no finished Run older than this is kept."""
+    runs: int | None
+    """``max_msgs_per_subject``: the newest Runs kept per deployment."""
+
+
+def retention_of(config: StreamConfig) -> Retention:
+    """The retention an index stream's configuration sets (0 / -1 in NATS: no limit)."""
+    age = config.max_age or 0.0
+    per_subject = config.max_msgs_per_subject
+    return Retention(days=age / 86_400 if age > 0 else None,
+                     runs=per_subject if per_subject and per_subject > 0 else None)
+
+
+async def index_retention(js: JetStreamContext, names: Names) -> Retention | None:
+    """The retention in force, or None when the index stream does not exist (no provider of
+    this version has started with this prefix yet). Other failures propagate.
+
+    One reading for every place that shows it: the store health of the admin service and of
+    the store fallback (both :meth:`StoreReader.store_health`), and ``doctor``.
+    """
+    try:
+        info = await js.stream_info(names.index_stream)
+    except nats.js.errors.NotFoundError:
+        return None
+    return retention_of(info.config)
+
+
 def _lease_value(stored: Stored) -> LeaseValue | None:
     if stored.headers.get(_KV_OPERATION) in ("DEL", "PURGE") or not stored.data:
         return None
@@ -308,7 +345,8 @@ class StoreReader:
         return sorted(found, key=lambda r: r.identity)
 
     async def store_health(self) -> StoreHealth:
-        """Reachability, server version, replicas and leader of the Run events."""
+        """Reachability, server version, replicas and leader of the Run events, and the
+        history retention in force (the index stream's limits)."""
         version = server_version(self.nc)
         base = dict(reachable=self.nc.is_connected, server_version=version or None)
         js = self.nc.jetstream(timeout=self.timeout)
@@ -324,8 +362,14 @@ class StoreReader:
         leader = runs.cluster.leader if runs.cluster is not None else None
         detail = (f"{schedules.state.messages} schedule events, "
                   f"{runs.state.messages} run events")
+        try:
+            retention = await index_retention(js, self.names)
+        except (nats.errors.Error, nats.js.errors.Error, TimeoutError, OSError):
+            retention = None  # unknown; the rest of the answer still holds (doctor says why)
         return StoreHealth(**base, replicas=runs.config.num_replicas,  # type: ignore[arg-type]
-                           leader=leader, detail=detail)
+                           leader=leader, detail=detail,
+                           retention_days=retention.days if retention else None,
+                           retention_runs=retention.runs if retention else None)
 
     async def cluster_status(self, replica_timeout: float = 1.0) -> ClusterStatus:
         replicas = await self.replicas(replica_timeout)

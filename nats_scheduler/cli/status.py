@@ -10,7 +10,7 @@ import argparse
 
 import msgspec
 
-from ..admin.api import ClusterStatus, Health, RunView
+from ..admin.api import ClusterStatus, Health, ReplicaMetrics, ReplicaView, RunView, StoreHealth
 from ..admin.doctor import run_doctor
 from ..admin.skew import clock_skews
 from .common import (
@@ -52,6 +52,86 @@ def _runs(title: str, runs: list[RunView]) -> list[str]:
     return lines
 
 
+def retention_text(store: StoreHealth) -> str:
+    """The history retention in force, as the index stream's limits say it."""
+    if store.retention_days is None and store.retention_runs is None:
+        return "not reported (no history index read; see nats-scheduler doctor)"
+    age = ("no age limit" if store.retention_days is None
+           else f"{store.retention_days:g} days")
+    count = ("no count limit" if store.retention_runs is None
+             else f"newest {store.retention_runs} Runs per deployment")
+    return f"{age}, {count}"
+
+
+def seconds(value: float) -> str:
+    """A lateness: ``4ms`` below a second, ``1.2s`` below 100 s, ``312s`` above."""
+    if value < 1:
+        return f"{value * 1000:.0f}ms"
+    return f"{value:.1f}s" if value < 100 else f"{value:.0f}s"
+
+
+def _by_key(counts: dict[str, int]) -> str:
+    return ", ".join(f"{key} {n}" for key, n in sorted(counts.items()))
+
+
+def _counted(total: int, counts: dict[str, int]) -> str:
+    """``42 (run_now 2, schedule 40)``: a total and, when there are any, its parts."""
+    return f"{total} ({_by_key(counts)})" if counts else str(total)
+
+
+def _firings(count: int) -> str:
+    return f"{count} firing" if count == 1 else f"{count} firings"
+
+
+def _p99s(m: ReplicaMetrics) -> str:
+    """``STORED/STARTED`` p99 lateness for the table, ``-`` for a stage with no firing."""
+    return "/".join(seconds(m.lateness[stage].p99) if stage in m.lateness else "-"
+                    for stage in ("stored", "started"))
+
+
+def metrics_line(m: ReplicaMetrics | None) -> str:
+    """Every figure a replica publishes, on one line (the table shows a few of them)."""
+    if m is None:
+        return "no figures (a provider version from before they were reported)"
+    late = ", ".join(f"{stage} {seconds(s.p50)}/{seconds(s.p99)} ({_firings(s.count)})"
+                     for stage, s in sorted(m.lateness.items(), key=lambda kv: kv[0] != "stored"))
+    schedules = ", ".join(f"{state} {m.schedules[state]}"
+                          for state in ("active", "held", "disabled") if state in m.schedules)
+    return "; ".join([
+        f"lateness p50/p99 {late or 'no firings yet'}",
+        f"Runs created {_counted(sum(m.runs_created.values()), m.runs_created)}, "
+        f"dispatched {_counted(sum(m.runs_dispatched.values()), m.runs_dispatched)}, "
+        f"failed {_counted(sum(m.runs_failed.values()), m.runs_failed)}",
+        f"attempts {m.dispatch_attempts}, retries {m.dispatch_retries}, "
+        f"takeovers {m.takeovers}, stale firing reads {m.stale_fire_reads}",
+        f"store errors {_by_key(m.store_errors) or 'none'}",
+        f"in flight {m.runs_in_flight}",
+        f"Schedules {schedules or 'none'}",
+    ])
+
+
+def _replica_row(r: ReplicaView, skews: dict[str, float]) -> list[object]:
+    # round first, and + 0.0 turns a rounded -0.0 into 0.0 ("+0.000s", not "-0.000s")
+    skew = f"{round(skews[r.identity], 3) + 0.0:+.3f}s" if r.identity in skews else "-"
+    m = r.metrics
+    return [r.identity, when(r.started_at), skew, len(r.in_flight), r.schedules_planned,
+            None if m is None else sum(m.runs_created.values()),
+            None if m is None else sum(m.runs_failed.values()),
+            None if m is None else _p99s(m)]
+
+
+def _replicas(replicas: list[ReplicaView]) -> list[str]:
+    """The replicas' table (a few figures), then one line per replica with all of them."""
+    skews = clock_skews(replicas)
+    table_text = table(["IDENTITY", "STARTED", "CLOCK SKEW", "IN FLIGHT", "PLANNED", "RUNS",
+                        "FAILED", "LATE P99 STORED/STARTED"],
+                       [_replica_row(r, skews) for r in replicas])
+    lines = ["  " + line for line in table_text.splitlines()]
+    lines.append("figures since each replica started:")
+    lines += [f"  {r.identity}: {metrics_line(r.metrics)}" for r in replicas]
+    return lines
+
+
 def status_text(status: ClusterStatus, health: Health) -> str:
     store = status.store
     lines = [
@@ -61,19 +141,11 @@ def status_text(status: ClusterStatus, health: Health) -> str:
             f"replicas {store.replicas}" if store.replicas else None,
             f"leader {store.leader}" if store.leader else None,
             store.detail) if part),
+        f"history retention: {retention_text(store)}",
         f"replicas alive: {len(status.replicas)}",
     ]
     if status.replicas:
-        skews = clock_skews(status.replicas)
-        rows = []
-        for r in status.replicas:
-            # round first, and + 0.0 turns a rounded -0.0 into 0.0 ("+0.000s", not "-0.000s")
-            skew = f"{round(skews[r.identity], 3) + 0.0:+.3f}s" if r.identity in skews else "-"
-            rows.append([r.identity, when(r.started_at), skew, len(r.in_flight),
-                         r.schedules_planned])
-        table_text = table(["IDENTITY", "STARTED", "CLOCK SKEW", "IN FLIGHT", "PLANNED"],
-                           rows)
-        lines += ["  " + line for line in table_text.splitlines()]
+        lines += _replicas(status.replicas)
     lines.append(f"leases held: {len(status.leases)}")
     for lease in status.leases:
         lines.append(f"  {lease.run_id}  by {lease.holder}  until {when(lease.expires_at)}")
@@ -116,7 +188,8 @@ async def _doctor(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parents = [connection_flags(), output_flags()]
     status = sub.add_parser("status", parents=parents,
-                            help="replicas, leases, in-flight Runs, store and health")
+                            help="replicas with their figures, leases, in-flight Runs, store "
+                                 "and history retention, health")
     status.set_defaults(func=lambda a: run_command(a, _status))
 
     doctor = sub.add_parser("doctor", parents=parents,

@@ -1,0 +1,57 @@
+"""The line under the processes table: every figure the highlighted replica publishes.
+
+The same figures as its OpenTelemetry metrics (docs/operations.md, "Metrics"), counted since
+it started, so operators without a metrics pipeline see them; the table shows only a few.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from nats_scheduler.admin.api import ReplicaMetrics, ReplicaView
+
+from ..formatting import lateness
+
+
+def _parts(counts: dict[str, int]) -> str:
+    """``42`` or ``42 (run_now 2, schedule 40)``: a total and its parts by key."""
+    total = sum(counts.values())
+    inner = ", ".join(f"{key} {n}" for key, n in sorted(counts.items()))
+    return f"{total} ({inner})" if inner else str(total)
+
+
+def _lateness(metrics: ReplicaMetrics) -> str:
+    shown = [f"{stage} {lateness(s.p50)} / {lateness(s.p99)}"
+             for stage in ("stored", "started") if (s := metrics.lateness.get(stage))]
+    if not shown:
+        return "no firings yet"
+    count = max(s.count for s in metrics.lateness.values())
+    return f"{', '.join(shown)} (latest {count} firing{'' if count == 1 else 's'})"
+
+
+def replica_text(replica: ReplicaView | None) -> Text:
+    if replica is None:
+        return Text("No provider process answered.", style="dim")
+    text = Text.assemble((replica.identity, "bold"), " since it started")
+    m = replica.metrics
+    if m is None:
+        text.append(": no figures (a version from before they were reported)", style="dim")
+        return text
+    schedules = ", ".join(f"{state} {m.schedules[state]}"
+                          for state in ("active", "held", "disabled") if state in m.schedules)
+    errors = ", ".join(f"{kind} {n}" for kind, n in sorted(m.store_errors.items()))
+    text.append(f" · Schedules {schedules or 'none'} · Runs in flight {m.runs_in_flight}\n")
+    text.append(f"Fire lateness p50 / p99: {_lateness(m)}\n")
+    text.append(f"Runs created {_parts(m.runs_created)} · dispatched {_parts(m.runs_dispatched)}"
+                f" · failed ")
+    text.append(_parts(m.runs_failed), style="bold red" if m.runs_failed else "")
+    text.append(f"\nAttempts {m.dispatch_attempts} · retries {m.dispatch_retries} · takeovers "
+                f"{m.takeovers} · stale firing reads {m.stale_fire_reads} · store errors ")
+    text.append(errors or "none", style="bold red" if "unavailable" in m.store_errors else "")
+    return text
+
+
+class ReplicaSummary(Static):
+    def show(self, replica: ReplicaView | None) -> None:
+        self.update(replica_text(replica))
