@@ -201,6 +201,11 @@ class AdminService:
             queue_group=f"replica-{self.service.id}",
             handler=self._wrap(_Empty, self.replica_status),
         )
+        # Twice: nats-py 2.16 writes a flush's PING straight to the socket, possibly ahead of
+        # subscriptions its flusher has not written yet, so one PONG does not prove the server
+        # has them (a request right after start could find no responder). The second PING
+        # follows them on the wire (nats-io/nats.py, Client.flush / _flusher).
+        await self.nc.flush()
         await self.nc.flush()
         self.started_at = self._clock_now
         log.info("admin service for prefix %s started (%s)", self.names.prefix, identity)
