@@ -33,7 +33,7 @@ cluster *args:
 
 # Run the benchmarks (each prints figures and ratios against a same-run reference)
 bench:
-    .venv/bin/python bench/list_runs.py
+    .venv/bin/python bench/history.py
     .venv/bin/python bench/capacity.py
     .venv/bin/python bench/takeover.py
     .venv/bin/python bench/pause_visibility.py

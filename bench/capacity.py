@@ -61,7 +61,7 @@ async def main(count: int) -> None:
         done: set[str] = set()
 
         def watch(record) -> None:  # type: ignore[no-untyped-def]
-            if provider.ledger.count() >= count:
+            if provider.ledger.created >= count:
                 stored_all.set()
             if record.state == RunState.DISPATCHED:
                 done.add(record.run_id)

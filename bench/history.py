@@ -88,14 +88,15 @@ async def fill(url: str, prefix: str, total: int, already: int, chunk_size: int 
         for i in range(chunk, min(total, chunk + chunk_size)):
             dep = f"dep-{i % DEPLOYMENTS:03d}"
             run_id, at = random_run_id(), start + step * i
-            runs.append((dep, run_id, at))
             entry = msgspec.json.encode(IndexEntry(run_id=run_id, created_at=at))
-            await js.publish_async(names.index_subject(dep), entry,
-                                   headers={HDR_MSG_ID: index_msg_id(run_id)})
+            acked = await js.publish_async(names.index_subject(dep), entry,
+                                           headers={HDR_MSG_ID: index_msg_id(run_id)})
+            runs.append((dep, run_id, at, acked))
         await js.publish_async_completed()
-        for dep, run_id, at in runs:
-            created = runcore.create(run_id=run_id, deployment_id=dep, trigger=Trigger.RUN_NOW,
-                                     due_at=None, payload=payload, now=at, actor="bench")
+        for dep, run_id, at, acked in runs:
+            created = runcore.indexed(runcore.create(
+                run_id=run_id, deployment_id=dep, trigger=Trigger.RUN_NOW, due_at=None,
+                payload=payload, now=at, actor="bench"), (await acked).seq)
             claimed = runcore.claim(created.run, holder="bench", now=at)
             done = runcore.dispatched(claimed.run, turn_id="t", now=at, actor="bench")
             subject = names.run_subject(dep, run_id)
