@@ -120,17 +120,25 @@ class RunHistory:
             "next_by_subj": self._names.index_subject(deployment_id), "batch": 1})
         return _index_entry(msgs[0]) if msgs else None
 
-    async def _window(self, deployment_id: str, lo: int, hi: int) -> list[_Stored]:
-        """Every entry of the deployment at index sequences ``lo`` up to (excluding) ``hi``."""
+    async def _window(
+        self, deployment_id: str, lo: int, hi: int, gap: float
+    ) -> list[_Stored]:
+        """Every entry of the deployment at index sequences ``lo`` up to (excluding) ``hi``.
+
+        A batched read has no upper sequence, so each asks for about as many entries as the
+        range holds (``gap``: index sequences per entry of this deployment) and reads on
+        while the last one is still inside it.
+        """
         subject = self._names.index_subject(deployment_id)
         found: list[_Stored] = []
         seq = max(lo, 1)
         while seq < hi:
+            expected = min(MAX_BATCH, int((hi - seq) / max(gap, 1.0) * 1.25) + SPARE)
             msgs = await self._store.direct_batch(self._names.index_stream, {
-                "seq": seq, "next_by_subj": subject, "batch": MAX_BATCH})
+                "seq": seq, "next_by_subj": subject, "batch": expected})
             batch = [s for s in map(_index_entry, msgs) if s is not None]
             found.extend(s for s in batch if s.seq < hi)
-            if len(msgs) < MAX_BATCH or not batch or batch[-1].seq >= hi:
+            if len(msgs) < expected or not batch or batch[-1].seq >= hi:
                 break
             seq = batch[-1].seq + 1
         return found
@@ -181,7 +189,8 @@ class RunHistory:
         width = max(limit + SPARE, int(1.25 * (limit + SPARE) * gap))
         while True:
             lo = max(first.seq, hi - width)
-            entries = {s.entry.run_id: s.entry for s in await self._window(deployment_id, lo, hi)}
+            entries = {s.entry.run_id: s.entry
+                       for s in await self._window(deployment_id, lo, hi, gap)}
             candidates = sorted((e for e in entries.values()
                                  if cursor_key is None or e.key < cursor_key),
                                 key=lambda e: e.key, reverse=True)
