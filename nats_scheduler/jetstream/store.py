@@ -287,9 +287,16 @@ class Store:
                                    lambda: self._last(subject, next_from=max(1, from_seq)))
 
     async def last_seq(self, stream: str) -> int:
-        """The stream's last sequence (0 when it holds nothing)."""
-        info = await self.retrying("could not read", lambda: self.js.stream_info(stream))
-        return info.state.last_seq if info.state.messages else 0
+        """The stream's last sequence (0 when it holds nothing, or does not exist yet: a
+        namespace no provider has prepared reads as empty)."""
+        async def op() -> int:
+            try:
+                info = await self.js.stream_info(stream)
+            except nats.js.errors.NotFoundError:
+                return 0
+            return info.state.last_seq if info.state.messages else 0
+
+        return await self.retrying("could not read", op)
 
     async def follow(
         self, stream: str, filter_subject: str, cb: Callable[[Msg], Awaitable[None]],
