@@ -379,16 +379,22 @@ def test_admit_turn_for_a_run_without_a_stored_session_is_reported() -> None:
 # ----------------------------------------------------------------------------- stolen
 
 
-@pytest.mark.parametrize(("victim_until", "violation"), [(90.0, True), (0.5, False)])
-def test_a_takeover_from_a_live_holder_is_stolen(victim_until: float, violation: bool) -> None:
+@pytest.mark.parametrize(("victim_from", "victim_until", "taken_at", "violation"), [
+    (-30.0, 90.0, 6.0, True),   # alive and renewing all along
+    (-30.0, 0.5, 6.0, False),   # died right after its claim: a legitimate takeover
+    (0.0, 90.0, 1.0, True),     # started just before its claim, alive since: still stolen
+    (-30.0, 5.0, 6.0, False),   # died 1 s before the takeover: its lease could not be renewed
+])
+def test_a_takeover_from_a_live_holder_is_stolen(victim_from: float, victim_until: float,
+                                                 taken_at: float, violation: bool) -> None:
     b = Builder()
     b.apply(-60)
     run_id = b.create(0.1)
     b.claim(0.2, run_id, "a")
-    b.claim(6.0, run_id, "b")  # a takeover: the Run was DISPATCHING under a
-    b.session(6.1, run_id)
-    b.dispatched(6.2, run_id)
-    windows = [Window(at(-30), at(victim_until), "a"), Window(at(-30), at(90), "b")]
+    b.claim(taken_at, run_id, "b")  # a takeover: the Run was DISPATCHING under a
+    b.session(taken_at + 0.1, run_id)
+    b.dispatched(taken_at + 0.2, run_id)
+    windows = [Window(at(victim_from), at(victim_until), "a"), Window(at(-30), at(90), "b")]
     report = invariants.check(b.history(), Options(windows=windows, lease_seconds=2.0))
     assert (checks(report) == {"stolen"}) is violation, report.text()
 

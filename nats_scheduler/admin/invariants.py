@@ -597,7 +597,11 @@ def check_unfinished(replayed: Mapping[str, RunRecord], runs: Mapping[str, RunHi
 
 def check_stolen(runs: Mapping[str, RunHistory], windows: Sequence[Window],
                  lease_seconds: float) -> list[Violation]:
-    """No takeover from a holder that was alive through the whole lease before it."""
+    """No takeover from a holder that was alive all along since it could last have renewed.
+
+    A takeover stored at ``T`` from holder ``X`` is legitimate only if ``X`` stopped renewing
+    for a lease: so ``X``'s liveness windows must not cover ``[max(T - lease, X's claim), T]``.
+    """
     alive: dict[str, list[Window]] = {}
     for window in windows:
         if window.identity is not None:
@@ -607,13 +611,16 @@ def check_stolen(runs: Mapping[str, RunHistory], windows: Sequence[Window],
     found = []
     span = timedelta(seconds=lease_seconds)
     for run_id, events in runs.items():
+        claimed_at: dict[str, datetime] = {}
         for stored, event in events:
-            if not isinstance(event, RunClaimed) or event.takeover_from is None:
+            if not isinstance(event, RunClaimed):
                 continue
             victim = event.takeover_from
-            if any(w.covers(stored.stored_at - span, stored.stored_at)
-                   for w in alive.get(victim, [])):
-                found.append(Violation("stolen", run_id,
-                                       f"{event.holder} took it from {victim}, alive "
-                                       f"throughout, at #{stored.seq}"))
+            if victim is not None:
+                since = max(stored.stored_at - span, claimed_at.get(victim, stored.stored_at))
+                if any(w.covers(since, stored.stored_at) for w in alive.get(victim, [])):
+                    found.append(Violation("stolen", run_id,
+                                           f"{event.holder} took it from {victim}, alive "
+                                           f"throughout, at #{stored.seq}"))
+            claimed_at[event.holder] = stored.stored_at
     return found

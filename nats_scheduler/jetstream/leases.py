@@ -11,13 +11,22 @@ Run's own subject: a new holder appends ``run.claimed`` conditionally on the sub
 sequence, after which every append of the old holder fails (docs/design.md, "A single
 writer per Run").
 
-Expiry compares the holder's written ``expires_at`` with the reader's clock, so replicas'
-clocks must agree to well within the lease length (docs/architecture.md).
+Whether a lease has expired is judged by each reader on its own elapsed time, never by
+comparing the holder's written ``expires_at`` with the reader's wall clock: a lease is
+expired once this process has seen the key's revision unchanged for a whole lease length
+(``time.monotonic``). A live holder renews every third of a lease, which changes the
+revision, so a reader whose clock runs minutes ahead, or a holder whose clock was stepped
+back, never makes a live lease look expired (docs/failure-modes.md, tests/faults/
+test_faults_clock.py). The price: a process that has just started waits one lease length of
+observation before it takes over another's lease. ``expires_at`` stays in the value for the
+holder itself (it re-proves its lease by CAS once its own clock passes it) and for people.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -51,6 +60,9 @@ class Lease:
     value: LeaseValue
 
 
+_PRUNE_ABOVE = 10_000
+"""Observed leases kept before the ones not read for a while are forgotten."""
+
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(LeaseValue).decode
 
@@ -58,10 +70,15 @@ _decode = msgspec.json.Decoder(LeaseValue).decode
 class Leases:
     """Acquire, renew and release leases for one process (``identity``)."""
 
-    def __init__(self, store: Store, clock: Clock, identity: str, lease_seconds: float) -> None:
+    def __init__(self, store: Store, clock: Clock, identity: str, lease_seconds: float, *,
+                 elapsed: Callable[[], float] = time.monotonic) -> None:
         self._kv = store.leases
         self._key = store.names.lease_key
         self._clock = clock
+        self._elapsed = elapsed
+        self._seen: dict[str, tuple[int, float, float]] = {}
+        """run_id -> (revision last read, elapsed time it was first read, last read)."""
+        self._pruned_at = 0.0
         self.identity = identity
         self.lease_seconds = lease_seconds
 
@@ -81,7 +98,9 @@ class Leases:
         except nats.js.errors.NotFoundError:  # KeyNotFoundError and KeyDeletedError
             return None
         if entry.value is None or entry.operation in ("DEL", "PURGE"):
+            self._seen.pop(run_id, None)
             return None
+        self._observe(run_id, int(entry.revision or 0))
         try:
             return int(entry.revision or 0), _decode(entry.value)
         except msgspec.DecodeError:
@@ -90,8 +109,31 @@ class Leases:
                 acquired_at=self._clock.now(),
             )
 
+    def _observe(self, run_id: str, revision: int) -> None:
+        now = self._elapsed()
+        seen = self._seen.get(run_id)
+        first = now if seen is None or seen[0] != revision else seen[1]
+        self._seen[run_id] = (revision, first, now)
+        if len(self._seen) > _PRUNE_ABOVE and now - self._pruned_at > self.lease_seconds:
+            self._prune(now)
+
+    def _prune(self, now: float) -> None:
+        """Forget leases not read for many lease lengths (their Runs finished)."""
+        self._pruned_at = now
+        horizon = now - 10 * self.lease_seconds
+        for key in [k for k, (_, _, last) in self._seen.items() if last < horizon]:
+            del self._seen[key]
+
     def expired(self, value: LeaseValue) -> bool:
-        return value.expires_at <= self._clock.now()
+        """Whether ``value`` (as :meth:`current` just read it) is no longer renewed.
+
+        True once its revision has not changed for a lease length of this process's elapsed
+        time (see the module docstring); wall clocks, the holder's or ours, play no part.
+        """
+        seen = self._seen.get(value.run_id)
+        if seen is None:
+            return False
+        return self._elapsed() - seen[1] >= self.lease_seconds
 
     async def acquire(self, run_id: str) -> tuple[Lease, str | None] | None:
         """Take the lease if it is free, expired, or already ours.
