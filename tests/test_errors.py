@@ -31,6 +31,7 @@ TRANSIENT = [
 ]
 PERMANENT = [
     api_error(nats.js.errors.BadRequestError, 400, 10071),
+    api_error(nats.js.errors.BadRequestError, 400, 10164),
     api_error(nats.js.errors.NotFoundError, 404, 10037),
     api_error(nats.js.errors.BadRequestError, 400, 10058),
     api_error(nats.js.errors.APIError, 400, 10023),
@@ -50,6 +51,9 @@ def test_other_errors_are_not_retried(exc: BaseException) -> None:
 
 def test_wrong_last_sequence_is_a_conflict_by_code_not_text() -> None:
     assert errors.is_conflict(api_error(nats.js.errors.BadRequestError, 400, 10071))
+    # a clustered stream answers a race with a publish still in flight with 10164: the same
+    # conflict (tests/faults/test_faults_cluster.py reproduces it on three nodes)
+    assert errors.is_conflict(api_error(nats.js.errors.BadRequestError, 400, 10164))
     assert not errors.is_conflict(api_error(nats.js.errors.BadRequestError, 400, 10058))
     assert errors.is_not_found(api_error(nats.js.errors.APIError, 404, 10037))
 

@@ -17,7 +17,8 @@ import msgspec
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
-from nats.js.api import DeliverPolicy
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from ..core.events import decode_event
 from ..names import Names
@@ -26,8 +27,13 @@ from .reader import StoreReader, guarded
 
 
 async def read_stream(nc: Client, stream: str, subject_filter: str, *,
-                      timeout: float = 5.0) -> list[StoredEvent]:
-    """Every message of ``stream`` matching ``subject_filter``, oldest first (none: [])."""
+                      timeout: float = 5.0, attempts: int = 5) -> list[StoredEvent]:
+    """Every message of ``stream`` (whose subjects are ``subject_filter``), oldest first.
+
+    Reads up to the stream's last sequence as of the call. A consumer that stops delivering
+    before it (a cluster still settling after a fault) is recreated from the next sequence,
+    up to ``attempts`` times; then the read fails rather than return a truncated history.
+    """
     js = nc.jetstream(timeout=timeout)
     try:
         info = await js.stream_info(stream)
@@ -35,18 +41,32 @@ async def read_stream(nc: Client, stream: str, subject_filter: str, *,
         return []
     if not info.state.messages:
         return []
+    last, found = info.state.last_seq, []
+    for _ in range(attempts):
+        start = found[-1].seq + 1 if found else info.state.first_seq
+        found += await _read_from(js, stream, subject_filter, start, last, timeout)
+        if not found or found[-1].seq >= last:
+            return found
+    raise nats.errors.TimeoutError
+
+
+async def _read_from(js: JetStreamContext, stream: str, subject_filter: str, start: int,
+                     last: int, timeout: float) -> list[StoredEvent]:
+    """Messages from sequence ``start`` up to ``last``, until delivery stops."""
+    config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                            opt_start_seq=start)
     sub = await js.subscribe(subject_filter, stream=stream, ordered_consumer=True,
-                             deliver_policy=DeliverPolicy.ALL)
+                             config=config)
     found: list[StoredEvent] = []
     try:
-        pending = 1
-        while pending > 0:
+        while not found or found[-1].seq < last:
             msg = await sub.next_msg(timeout)
             meta = msg.metadata
             found.append(_stored(meta.sequence.stream, msg.subject, meta.timestamp, msg.data))
-            pending = meta.num_pending
+            if meta.num_pending == 0:
+                break
     except nats.errors.TimeoutError:
-        pass  # fewer messages match the filter than the stream holds: all were delivered
+        pass  # the caller starts again from the next sequence
     finally:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
