@@ -7,6 +7,13 @@ for the recovery sweep. It is fed by a :class:`~nats_scheduler.jetstream.followe
 and by the
 provider's own writes (read-your-writes); both apply by stream sequence, so order and
 repetition do not matter.
+
+What the follower delivers is checked before it is applied (:meth:`Ledger.apply_event`):
+writers append on the last sequence they saw, so when a newer event of a known Run arrives,
+the state held is the one before it, and an event whose state does not follow from it
+(``runcore.evolve``: forged, corrupt, an impossible transition) is refused and left to the
+follower to skip and count. The first event seen of a Run (a projection starts from the
+last event per subject) is taken as given: there is nothing to check it against.
 """
 
 from __future__ import annotations
@@ -15,7 +22,8 @@ import bisect
 from collections.abc import Callable
 from datetime import datetime
 
-from ..core.events import RunRecord
+from ..core.events import RunEventType, RunRecord
+from ..core.runcore import TransitionError, evolve
 
 Key = tuple[datetime, str]
 Listener = Callable[[RunRecord], None]
@@ -50,6 +58,20 @@ class Ledger:
         for listener in self._listeners:
             listener(record)
         return True
+
+    def apply_event(self, seq: int, event: RunEventType, subject_ids: tuple[str, str]) -> bool:
+        """Apply a followed event stored on the subject of ``subject_ids`` (deployment, run).
+
+        Raises TransitionError (nothing applied) for an event of another Run than its
+        subject's, or one that cannot follow the state held (see the module docstring).
+        """
+        run = event.run
+        if subject_ids != (run.deployment_id, run.run_id):
+            raise TransitionError(f"an event of run {run.run_id!r} on another run's subject")
+        known = self._runs.get(run.run_id)
+        if known is not None and known[0] < seq:
+            evolve(known[1], event)
+        return self.apply(seq, run)
 
     def get(self, run_id: str) -> RunRecord | None:
         entry = self._runs.get(run_id)
