@@ -35,6 +35,10 @@ PERMANENT = [
     api_error(nats.js.errors.NotFoundError, 404, 10037),
     api_error(nats.js.errors.BadRequestError, 400, 10058),
     api_error(nats.js.errors.APIError, 400, 10023),
+    # the server sends "insufficient resources" as a 503, the class of transient answers:
+    # the code decides (the store is full; retrying for seconds will not make room)
+    api_error(nats.js.errors.ServiceUnavailableError, 503, 10023),
+    api_error(nats.js.errors.ServiceUnavailableError, 503, 10047),
     ValueError("bug"),
 ]
 
@@ -66,3 +70,12 @@ def test_seam_errors_keep_engine_text_out_of_the_message_but_chained() -> None:
     assert_clean(str(error))
     config = errors.misconfigured("needs ASTRABOX_NATS_URL", cause)
     assert isinstance(config, SchedulerConfigurationError) and config.__cause__ is cause
+
+
+def test_a_full_store_says_so_in_astrabox_words() -> None:
+    cause = api_error(nats.js.errors.ServiceUnavailableError, 503, 10023)
+    error = errors.unavailable("could not store an event", cause)
+    assert isinstance(error, SchedulerUnavailable) and error.__cause__ is cause
+    assert str(error).startswith("the scheduler store is full: could not store an event")
+    assert_clean(str(error))
+    assert "is full" not in str(errors.unavailable("x", nats.errors.TimeoutError()))

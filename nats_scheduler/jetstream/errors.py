@@ -56,6 +56,12 @@ class EngineError(IntEnum):
     """JSStreamOfflineErr: the stream's replicas are not reachable yet."""
     CLUSTER_NO_PEERS = 10005
     """JSClusterNoPeersErr: not enough peers for the placement right now."""
+    INSUFFICIENT_RESOURCES = 10023
+    """JSInsufficientResourcesErr: the server's storage is used up (``max_file_store``)."""
+    STORAGE_EXCEEDED = 10047
+    """JSStorageResourcesExceededErr: no storage left for what was asked."""
+    ACCOUNT_RESOURCES_EXCEEDED = 10002
+    """JSAccountResourcesExceededErr: the account's JetStream limits are reached."""
     DUPLICATE_MESSAGE_IN_PROCESS = 10158
     """JSStreamDuplicateMessageConflict: a message with the same Nats-Msg-Id is still
     being proposed on a clustered stream (another replica firing the same due time, or our
@@ -85,8 +91,16 @@ TRANSIENT_ERR_CODES = frozenset({
     EngineError.CLUSTER_NO_PEERS,
     EngineError.DUPLICATE_MESSAGE_IN_PROCESS,
 })
-"""Codes that mean "try again soon". Running out of storage (JSInsufficientResourcesErr,
-10023) is NOT among them: it does not pass by itself within a retry budget."""
+"""Codes that mean "try again soon"."""
+
+FULL_ERR_CODES = frozenset({
+    EngineError.INSUFFICIENT_RESOURCES,
+    EngineError.STORAGE_EXCEEDED,
+    EngineError.ACCOUNT_RESOURCES_EXCEEDED,
+})
+"""The store is full. Not transient: space does not come back by itself within a retry
+budget, so AstraBox hears at once (and in words that say so), however the server classed
+the answer (it sends 10023 as a 503, the class of "temporarily unavailable")."""
 
 
 CONFLICT_ERR_CODES = frozenset({
@@ -131,8 +145,15 @@ def is_not_found(exc: BaseException) -> bool:
     )
 
 
+def is_full(exc: BaseException | None) -> bool:
+    """Whether ``exc`` says the store has no space left (see ``FULL_ERR_CODES``)."""
+    return isinstance(exc, nats.js.errors.APIError) and exc.err_code in FULL_ERR_CODES
+
+
 def is_transient(exc: BaseException) -> bool:
     """Whether retrying the same operation may succeed once the store recovers."""
+    if is_full(exc):
+        return False
     if isinstance(exc, nats.js.errors.APIError) and exc.err_code in TRANSIENT_ERR_CODES:
         return True
     if isinstance(exc, nats.js.errors.APIError) and not isinstance(
@@ -144,6 +165,12 @@ def is_transient(exc: BaseException) -> bool:
 
 def unavailable(what: str, cause: BaseException | None = None) -> SchedulerUnavailable:
     """SchedulerUnavailable for AstraBox: ``what`` says which operation could not be done."""
+    if is_full(cause):
+        error = SchedulerUnavailable(
+            f"the scheduler store is full: {what}; nothing already stored is lost, and the "
+            "scheduler works again once its storage has room (free space or raise the limit)")
+        error.__cause__ = cause
+        return error
     error = SchedulerUnavailable(f"the scheduler store is unavailable: {what}")
     error.__cause__ = cause
     return error
