@@ -410,3 +410,24 @@ def test_report_shapes() -> None:
     assert data["runs"] == 1 and data["violations"][0]["check"] == "unfinished"
     assert report.by_check() == {"unfinished": 1}
     assert report.text().splitlines()[1].startswith("  unfinished: ")
+
+
+def test_a_clock_ahead_fires_early_within_the_declared_skew() -> None:
+    b = Builder()
+    b.apply(-60)
+    b.full_run(0.1)  # due T0, fired by a replica whose clock ran ahead
+    windows = [Window(at(-120), at(-60))]
+    assert checks(invariants.check(b.history(), Options(windows=windows))) == {"invented"}
+    assert invariants.check(b.history(), Options(windows=windows, skew=90.0)).ok
+
+
+def test_a_restarted_replica_taking_back_its_own_run_is_not_a_theft() -> None:
+    b = Builder()
+    b.apply(-60)
+    run_id = b.create(0.1)
+    b.claim(0.2, run_id, "a")
+    b.claim(6.0, run_id, "a")  # the same identity, restarted, resumes its leftover
+    b.session(6.1, run_id)
+    b.dispatched(6.2, run_id)
+    windows = [Window(at(-30), at(90), "a")]
+    assert invariants.check(b.history(), Options(windows=windows, lease_seconds=2.0)).ok

@@ -167,6 +167,9 @@ class Options:
     lease_seconds: float = 5.0
     clock_tolerance: float = 0.5
     """Seconds the handler's clock may disagree with the server's."""
+    skew: float = 0.0
+    """Seconds a replica's clock may have run ahead: it fires due times that early, so a
+    due time up to this far after a window is not invented."""
 
 
 # ----------------------------------------------------------------------------- outputs
@@ -412,7 +415,7 @@ def _invented(run: RunRecord, first: StoredEvent, events: ScheduleHistory,
     if not any(_is_due(s, run.due_at) for s in candidates):
         return "not a due time of its schedule"
     if (options.windows and options.ticker_only
-            and not _near_window(run.due_at, options.windows, options.margin)):
+            and not _near_window(run.due_at, options.windows, options.margin, options.skew)):
         return "due while no replica was alive"
     return None
 
@@ -424,9 +427,10 @@ def _is_due(schedule: ScheduleRecord, due: datetime) -> bool:
         return False
 
 
-def _near_window(instant: datetime, windows: Sequence[Window], margin: float) -> bool:
-    pad = timedelta(seconds=margin)
-    return any(w.start - pad <= instant <= w.end + pad for w in windows)
+def _near_window(instant: datetime, windows: Sequence[Window], margin: float,
+                 skew: float) -> bool:
+    pad, ahead = timedelta(seconds=margin), timedelta(seconds=margin + skew)
+    return any(w.start - pad <= instant <= w.end + ahead for w in windows)
 
 
 def _expected(schedules: Mapping[str, ScheduleHistory], options: Options,
@@ -621,7 +625,7 @@ def check_stolen(runs: Mapping[str, RunHistory], windows: Sequence[Window],
             if not isinstance(event, RunClaimed):
                 continue
             victim = event.takeover_from
-            if victim is not None:
+            if victim is not None and victim != event.holder:  # not a restart taking its own
                 since = max(stored.stored_at - span, claimed_at.get(victim, stored.stored_at))
                 if any(w.covers(since, stored.stored_at) for w in alive.get(victim, [])):
                     found.append(Violation("stolen", run_id,

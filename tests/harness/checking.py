@@ -74,10 +74,11 @@ async def check_store(
     lease_seconds: float = 5.0,
     margin: float = 2.0,
     ticker_only: bool = True,
+    skew: float = 0.0,
 ) -> Report:
     """The checker's report on everything stored under ``prefix`` (see the module doc)."""
     history = await read_history(url, prefix)
     calls = handler_calls(handler) if handler is not None else None
     return check(history, Options(calls=calls, windows=windows, expected=expected,
                                   ledger=ledger, grace=grace, lease_seconds=lease_seconds,
-                                  margin=margin, ticker_only=ticker_only))
+                                  margin=margin, ticker_only=ticker_only, skew=skew))
