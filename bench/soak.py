@@ -40,6 +40,7 @@ from tests.harness.scenario import (
     LEASE,
     schedule,
     wait_all_finished,
+    wait_converged,
     wait_projections,
     without,
 )
@@ -199,6 +200,7 @@ class Soak:
 
     async def judge(self) -> Report:
         url, prefix = self.cluster.urls, self.replicas.prefix
+        await wait_converged(self.cluster.url_list, prefix, timeout=120)
         await wait_all_finished(url, prefix, timeout=120)
         await wait_projections(self._usable(), url, prefix, timeout=60)
         await self.replicas.stop_all()

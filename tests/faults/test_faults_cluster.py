@@ -34,6 +34,7 @@ from tests.harness.scenario import (
     far_dues,
     schedule,
     wait_all_finished,
+    wait_converged,
     wait_projections,
     without,
 )
@@ -139,6 +140,7 @@ async def test_runs_leader_killed_during_a_burst_loses_and_doubles_nothing(
 
     assert burst.errors == [], burst.errors[:3]  # a quorum remained: nothing may fail
     assert len(burst.expected) == 24 and len(burst.enqueued) == 6
+    await wait_converged(nats_cluster.url_list, cluster_replicas.prefix)
     await wait_all_finished(nats_cluster.urls, cluster_replicas.prefix)
     await wait_projections(replicas, nats_cluster.urls, cluster_replicas.prefix)
     # replicas whose server died could not renew leases until they reconnected elsewhere
@@ -188,6 +190,7 @@ async def test_a_node_partitioned_and_healed_loses_and_doubles_nothing(
 
         assert burst.errors == [], burst.errors[:3]
         assert len(burst.expected) == 24 and len(burst.enqueued) == 6
+        await wait_converged(cluster.url_list, rs.prefix)
         await wait_all_finished(cluster.urls, rs.prefix)
         await wait_projections(replicas, cluster.urls, rs.prefix)
         # replicas on the cut-off node could not renew leases until they failed over

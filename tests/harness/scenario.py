@@ -22,10 +22,12 @@ from nats_scheduler.seam import RunState
 
 from .checking import check_store, read_history
 from .replicas import ReplicaError, ReplicaProcess
+from .servers import connect_fast
 from .shared_handler import SqliteRunHandler
 
 __all__ = ["FAR", "FAST_REPLICA", "Burst", "assert_clean_store", "schedule",
-           "unfinished_runs", "wait_all_finished", "wait_projections", "without"]
+           "unfinished_runs", "wait_all_finished", "wait_converged", "wait_projections",
+           "without"]
 
 LEASE = 2.0
 
@@ -129,6 +131,42 @@ def without(windows: Iterable[Window], start: datetime, end: datetime) -> list[W
         if w.end > end:
             out.append(Window(end, w.end, w.identity))
     return out
+
+
+async def _stream_view(url: str, stream: str) -> tuple[int, str | None, bool]:
+    """(last sequence, leader, every replica current) as the server at ``url`` answers."""
+    nc = await connect_fast(url)
+    try:
+        info = await nc.jetstream(timeout=5.0).stream_info(stream)
+    finally:
+        await nc.close()
+    cluster = info.cluster
+    peers = (cluster.replicas or []) if cluster is not None else []
+    current = all(p.current and not p.offline for p in peers)
+    return info.state.last_seq, cluster.leader if cluster is not None else None, current
+
+
+async def wait_converged(urls: Iterable[str], prefix: str, timeout: float = 60.0) -> None:
+    """Poll until every server answers the same about the event streams, all replicas current.
+
+    After a partition heals or a node comes back, a server may answer from a state that has
+    not caught up yet for a while; a scenario judges the history only once they all agree.
+    """
+    names = Names(prefix)
+    streams = (names.schedules_stream, names.runs_stream, f"KV_{names.leases_bucket}")
+    urls = list(urls)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            views = [[await _stream_view(url, s) for url in urls] for s in streams]
+            if all(v[2] and v[1] is not None and v == per[0] for per in views for v in per):
+                return
+        except Exception:  # a server still electing or catching up: ask again
+            views = []
+        if loop.time() > deadline:
+            raise AssertionError(f"the servers did not converge in {timeout} s: {views}")
+        await asyncio.sleep(0.2)
 
 
 async def unfinished_runs(url: str, prefix: str) -> list[str]:
