@@ -72,6 +72,9 @@ class Soak:
     replicas: ReplicaSet
     handler: SqliteRunHandler
     rng: random.Random
+    """Draws the faults: its own generator, so a seed gives the same sequence of faults."""
+    load_rng: random.Random
+    """Draws the load (timing-dependent, so kept apart from the faults' draws)."""
     faults: list[str] = field(default_factory=list)
     outages: list[tuple[datetime, datetime]] = field(default_factory=list)
     asked: int = 0
@@ -91,12 +94,12 @@ class Soak:
             usable = self._usable()
             if usable:
                 n += 1
-                replica = self.rng.choice(usable)
+                replica = self.load_rng.choice(usable)
                 task = asyncio.create_task(
-                    self._ask(replica, self.rng.choice(NOWS), f"soak-{n}"))
+                    self._ask(replica, self.load_rng.choice(NOWS), f"soak-{n}"))
                 self.pending.add(task)
                 task.add_done_callback(self.pending.discard)
-            await asyncio.sleep(self.rng.uniform(0.1, 0.6))
+            await asyncio.sleep(self.load_rng.uniform(0.1, 0.6))
         if self.pending:
             await asyncio.wait(self.pending, timeout=90)
 
@@ -222,7 +225,8 @@ async def running_soak(workdir: Path, seed: int) -> AsyncIterator[Soak]:
                               settings=SETTINGS) as replicas:
             await replicas.add("a", url=cluster.nodes[0].url).start()
             await replicas.spawn("b", "c")
-            yield Soak(cluster, proxy, replicas, handler, random.Random(seed))
+            yield Soak(cluster, proxy, replicas, handler, random.Random(seed),
+                       random.Random(seed + 1))
     finally:
         await asyncio.to_thread(cluster.stop)
         proxy.close()
