@@ -26,11 +26,29 @@ class Clock(Protocol):
         ...
 
 
+async def sleep_for(clock: Clock, seconds: float) -> None:
+    """Wait ``seconds`` of elapsed time: for periods (lease renewals, sweeps), not instants.
+
+    A step of the wall clock (NTP, an operator fixing the time) must neither stretch nor
+    skip a period, so a clock that can wait on elapsed time (``SystemClock.sleep``: the
+    event loop's monotonic clock) does; any other clock waits until ``now() + seconds``.
+    """
+    sleep = getattr(clock, "sleep", None)
+    if sleep is not None:
+        await sleep(seconds)
+    else:
+        await clock.sleep_until(clock.now() + timedelta(seconds=seconds))
+
+
 class SystemClock:
     """The real clock: wall time from the OS, waits on the event loop."""
 
     def now(self) -> datetime:
         return datetime.now(UTC)
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` of monotonic time (a wall-clock step changes nothing)."""
+        await asyncio.sleep(max(0.0, seconds))
 
     async def sleep_until(self, instant: datetime) -> None:
         # Re-check after each wake: the loop's monotonic clock and the wall clock can drift

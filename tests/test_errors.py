@@ -32,9 +32,14 @@ TRANSIENT = [
 PERMANENT = [
     nats.js.errors.KeyNotFoundError(),  # the KV layer's client-side errors carry no code
     api_error(nats.js.errors.BadRequestError, 400, 10071),
+    api_error(nats.js.errors.BadRequestError, 400, 10164),
     api_error(nats.js.errors.NotFoundError, 404, 10037),
     api_error(nats.js.errors.BadRequestError, 400, 10058),
     api_error(nats.js.errors.APIError, 400, 10023),
+    # the server sends "insufficient resources" as a 503, the class of transient answers:
+    # the code decides (the store is full; retrying for seconds will not make room)
+    api_error(nats.js.errors.ServiceUnavailableError, 503, 10023),
+    api_error(nats.js.errors.ServiceUnavailableError, 503, 10047),
     ValueError("bug"),
 ]
 
@@ -51,6 +56,9 @@ def test_other_errors_are_not_retried(exc: BaseException) -> None:
 
 def test_wrong_last_sequence_is_a_conflict_by_code_not_text() -> None:
     assert errors.is_conflict(api_error(nats.js.errors.BadRequestError, 400, 10071))
+    # a clustered stream answers a race with a publish still in flight with 10164: the same
+    # conflict (tests/faults/test_faults_cluster.py reproduces it on three nodes)
+    assert errors.is_conflict(api_error(nats.js.errors.BadRequestError, 400, 10164))
     assert not errors.is_conflict(api_error(nats.js.errors.BadRequestError, 400, 10058))
     assert errors.is_not_found(api_error(nats.js.errors.APIError, 404, 10037))
 
@@ -63,3 +71,12 @@ def test_seam_errors_keep_engine_text_out_of_the_message_but_chained() -> None:
     assert_clean(str(error))
     config = errors.misconfigured("needs ASTRABOX_NATS_URL", cause)
     assert isinstance(config, SchedulerConfigurationError) and config.__cause__ is cause
+
+
+def test_a_full_store_says_so_in_astrabox_words() -> None:
+    cause = api_error(nats.js.errors.ServiceUnavailableError, 503, 10023)
+    error = errors.unavailable("could not store an event", cause)
+    assert isinstance(error, SchedulerUnavailable) and error.__cause__ is cause
+    assert str(error).startswith("the scheduler store is full: could not store an event")
+    assert_clean(str(error))
+    assert "is full" not in str(errors.unavailable("x", nats.errors.TimeoutError()))

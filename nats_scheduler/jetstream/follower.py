@@ -8,6 +8,11 @@ sequence after a gap or missed heartbeats, so the projection heals after reconne
 leader changes. Applying is idempotent by sequence (the projection ignores what it already
 has), which also makes a writer's own read-your-writes update and the later delivery of the
 same event harmless.
+
+A message the projection refuses (it does not decode, it names another Run than its subject,
+or it claims a transition that cannot happen: a poison event, forged or corrupt) is skipped,
+logged and counted (:attr:`Follower.poisoned`, :attr:`Follower.last_poison`); the follower
+goes on with the next one, so one bad message never stops or stalls a projection.
 """
 
 from __future__ import annotations
@@ -52,6 +57,14 @@ class Follower:
         self._caught_up = asyncio.Event()
         self._target_seq = 0
         self.applied_seq = 0
+        self.poisoned = 0
+        """Messages skipped because the projection refused them (see the module docstring)."""
+        self.last_poison: str | None = None
+        """Which message was skipped last and why (stream sequence, subject, reason)."""
+
+    @property
+    def stream(self) -> str:
+        return self._stream
 
     async def start(self, timeout: float = 30.0) -> None:
         """Subscribe and return once every event stored before the call has been applied."""
@@ -67,11 +80,18 @@ class Follower:
         seq = meta.sequence.stream
         try:
             self._on_message(seq, msg.subject, msg.data)
-        except Exception:  # a bad event must not stop the projection; it is logged
-            log.exception("could not apply event %s on %s", seq, msg.subject)
+        except Exception as exc:  # a bad event must not stop the projection
+            self._poisoned(seq, msg.subject, exc)
         self.applied_seq = max(self.applied_seq, seq)
         if seq >= self._target_seq or meta.num_pending == 0:
             self._caught_up.set()
+
+    def _poisoned(self, seq: int, subject: str, exc: Exception) -> None:
+        self.poisoned += 1
+        reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
+        self.last_poison = f"#{seq} on {subject}: {type(exc).__name__} {reason}".rstrip()
+        log.warning("skipped event %s on %s (%d skipped so far): %s", seq, subject,
+                    self.poisoned, self.last_poison, exc_info=log.isEnabledFor(logging.DEBUG))
 
     async def stop(self) -> None:
         sub, self._sub = self._sub, None

@@ -11,14 +11,23 @@ Run's own subject: a new holder appends ``run.claimed`` conditionally on the sub
 sequence, after which every append of the old holder fails (docs/design.md, "A single
 writer per Run").
 
-Expiry compares the holder's written ``expires_at`` with the reader's clock, so replicas'
-clocks must agree to well within the lease length (docs/architecture.md).
+Whether a lease has expired is judged by each reader on its own elapsed time, never by
+comparing the holder's written ``expires_at`` with the reader's wall clock: a lease is
+expired once this process has seen the key's revision unchanged for a whole lease length
+(``time.monotonic``). A live holder renews every third of a lease, which changes the
+revision, so a reader whose clock runs minutes ahead, or a holder whose clock was stepped
+back, never makes a live lease look expired (docs/failure-modes.md, tests/faults/
+test_faults_clock.py). The price: a process that has just started waits one lease length of
+observation before it takes over another's lease. ``expires_at`` stays in the value for the
+holder itself (it re-proves its lease by CAS once its own clock passes it) and for people.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -52,8 +61,14 @@ class Lease:
     value: LeaseValue
 
 
+_PRUNE_ABOVE = 10_000
+"""Observed leases kept before the ones not read for a while are forgotten."""
+
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(LeaseValue).decode
+
+FREE = ""
+"""The holder of a lease given back unfinished: the Run stays open, and is anyone's to take."""
 
 CLOSED_MARKER_TTL = 10.0
 """Seconds the purge marker of a finished Run's key lives; then the key is gone entirely."""
@@ -62,10 +77,15 @@ CLOSED_MARKER_TTL = 10.0
 class Leases:
     """Acquire, renew and release leases for one process (``identity``)."""
 
-    def __init__(self, store: Store, clock: Clock, identity: str, lease_seconds: float) -> None:
+    def __init__(self, store: Store, clock: Clock, identity: str, lease_seconds: float, *,
+                 elapsed: Callable[[], float] = time.monotonic) -> None:
         self._kv = store.leases
         self._key = store.names.lease_key
         self._clock = clock
+        self._elapsed = elapsed
+        self._seen: dict[str, tuple[int, float, float]] = {}
+        """run_id -> (revision last read, elapsed time it was first read, last read)."""
+        self._pruned_at = 0.0
         self.identity = identity
         self.lease_seconds = lease_seconds
 
@@ -85,7 +105,9 @@ class Leases:
         except nats.js.errors.NotFoundError:  # KeyNotFoundError and KeyDeletedError
             return None
         if entry.value is None or entry.operation in ("DEL", "PURGE"):
+            self._seen.pop(run_id, None)
             return None
+        self._observe(run_id, int(entry.revision or 0))
         try:
             return int(entry.revision or 0), _decode(entry.value)
         except msgspec.DecodeError:
@@ -94,8 +116,33 @@ class Leases:
                 acquired_at=self._clock.now(),
             )
 
+    def _observe(self, run_id: str, revision: int) -> None:
+        now = self._elapsed()
+        seen = self._seen.get(run_id)
+        first = now if seen is None or seen[0] != revision else seen[1]
+        self._seen[run_id] = (revision, first, now)
+        if len(self._seen) > _PRUNE_ABOVE and now - self._pruned_at > self.lease_seconds:
+            self._prune(now)
+
+    def _prune(self, now: float) -> None:
+        """Forget leases not read for many lease lengths (their Runs finished)."""
+        self._pruned_at = now
+        horizon = now - 10 * self.lease_seconds
+        for key in [k for k, (_, _, last) in self._seen.items() if last < horizon]:
+            del self._seen[key]
+
     def expired(self, value: LeaseValue) -> bool:
-        return value.expires_at <= self._clock.now()
+        """Whether ``value`` (as :meth:`current` just read it) is no longer renewed.
+
+        True once its revision has not changed for a lease length of this process's elapsed
+        time (see the module docstring); wall clocks, the holder's or ours, play no part.
+        """
+        if value.holder == FREE:
+            return True  # given back unfinished (a drain): anyone may take it at once
+        seen = self._seen.get(value.run_id)
+        if seen is None:
+            return False
+        return self._elapsed() - seen[1] >= self.lease_seconds
 
     async def acquire(self, run_id: str) -> tuple[Lease, str | None] | None:
         """Take the lease if it is free, expired, or already ours.
@@ -146,15 +193,16 @@ class Leases:
         """Give the lease up.
 
         A finished Run's key is purged: the Run is no longer open (the purge marker itself
-        expires after ``CLOSED_MARKER_TTL``). An unfinished Run's key stays, with an expiry of
-        now (a CAS on the revision, so only while it is still ours): the Run stays open and
-        any replica may take it at once.
+        expires after ``CLOSED_MARKER_TTL``). An unfinished Run's key stays with its holder
+        ``FREE`` (a CAS on the revision, so only while it is still ours): the Run stays open
+        and any replica may take it at once.
         """
         try:
             if finished:
                 await self._kv.purge(lease.key, msg_ttl=CLOSED_MARKER_TTL)
             else:
-                free = msgspec.structs.replace(lease.value, expires_at=self._clock.now())
+                free = msgspec.structs.replace(lease.value, holder=FREE,
+                                               expires_at=self._clock.now())
                 await self._kv.update(lease.key, _encode(free), last=lease.revision)
         except nats.js.errors.KeyWrongLastSequenceError:
             pass
@@ -162,12 +210,13 @@ class Leases:
             log.debug("releasing lease %s failed; it expires by itself", lease.key, exc_info=True)
 
     async def announce(self, run_id: str, grace: float) -> None:
-        """Open the Run's key before the Run is stored, held by this process for ``grace``.
+        """Open the Run's key before the Run is stored, held by this process.
 
         Every unfinished Run has a key, so a process that starts finds them all without
-        reading the history. The creator holds it for the claim grace; if it dies before
-        claiming, any replica takes the Run once that runs out. Announcing a Run that already
-        has a key changes nothing.
+        reading the history. The creator holds it; if it dies before claiming, any replica
+        takes the Run once the key has gone unrenewed for a lease length (:meth:`expired`).
+        ``grace`` is written as the value's ``expires_at`` for readers of the bucket.
+        Announcing a Run that already has a key changes nothing.
         """
         value = LeaseValue(run_id=run_id, holder=self.identity,
                            expires_at=self._clock.now() + timedelta(seconds=grace),

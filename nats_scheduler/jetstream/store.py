@@ -54,6 +54,11 @@ T = TypeVar("T")
 DIRECT_GET_TIMEOUT = 2.0
 """Seconds a batched read may take before it counts as a transient failure."""
 
+FAILOVER_AFTER = 2.0
+"""Seconds a server may leave the store unanswered before the store connects to another one
+of the cluster (and the least time between two such switches)."""
+
+
 
 @dataclass(frozen=True)
 class StoredMessage:
@@ -85,6 +90,7 @@ class Store:
         self.names = Names(settings.prefix)
         self.retry_seconds = settings.store_retry_seconds
         self._leases: KeyValue | None = None
+        self._failed_over_at = float("-inf")
 
     # ---------------------------------------------------------------- retrying
 
@@ -97,7 +103,8 @@ class Store:
         """
         loop = asyncio.get_running_loop()
         budget = self.retry_seconds if retry_seconds is None else retry_seconds
-        deadline = loop.time() + budget
+        started = loop.time()
+        deadline = started + budget
         delay = 0.05
         while True:
             try:
@@ -112,8 +119,25 @@ class Store:
                     self.count_error("unavailable")
                     raise errors.unavailable(what, exc) from exc
                 self.count_error("transient")
+                if errors.unanswered(exc):
+                    await self._fail_over(loop.time() - started)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
+
+    async def _fail_over(self, failing_for: float) -> None:
+        """Connect to another server when this one has not answered for a while.
+
+        A node partitioned from the rest of the cluster stays reachable, so the client would
+        stay on it; the others may have a quorum (tests/faults/test_faults_cluster.py).
+        """
+        now = asyncio.get_running_loop().time()
+        if (failing_for < FAILOVER_AFTER or now - self._failed_over_at < FAILOVER_AFTER
+                or len(self.nc.servers) < 2):
+            return
+        self._failed_over_at = now
+        log.warning("the connected server has not answered for %.1f s; trying another one",
+                    failing_for)
+        await self.nc.force_reconnect()
 
     # ---------------------------------------------------------------- preparing
 

@@ -12,6 +12,13 @@ It holds three things, none of which grows with the number of Runs ever made:
 The history itself is read from the server (:mod:`nats_scheduler.jetstream.history`). Both the
 follower and the provider's own writes apply by stream sequence, so order and repetition do
 not matter.
+
+What the follower delivers is checked before it is applied (:meth:`Ledger.apply_event`):
+writers append on the last sequence they saw, so when a newer event of a known Run arrives,
+the state held is the one before it, and an event whose state does not follow from it
+(``runcore.evolve``: forged, corrupt, an impossible transition) is refused and left to the
+follower to skip and count. The first event seen of a Run (a projection starts from the
+last event per subject) is taken as given: there is nothing to check it against.
 """
 
 from __future__ import annotations
@@ -21,7 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from ..core.events import RunRecord
+from ..core.events import RunEventType, RunRecord
+from ..core.runcore import TransitionError, evolve
 from ..seam import RunState, Trigger
 
 Listener = Callable[[RunRecord], None]
@@ -104,6 +112,20 @@ class Ledger:
         for listener in self._listeners:
             listener(record)
         return True
+
+    def apply_event(self, seq: int, event: RunEventType, subject_ids: tuple[str, str]) -> bool:
+        """Apply a followed event stored on the subject of ``subject_ids`` (deployment, run).
+
+        Raises TransitionError (nothing applied) for an event of another Run than its
+        subject's, or one that cannot follow the state held (see the module docstring).
+        """
+        run = event.run
+        if subject_ids != (run.deployment_id, run.run_id):
+            raise TransitionError(f"an event of run {run.run_id!r} on another run's subject")
+        known = self._known(run.run_id)
+        if known is not None and known[0] < seq:
+            evolve(known[1], event)
+        return self.apply(seq, run)
 
     def get(self, run_id: str) -> RunRecord | None:
         """A Run this process knows of right now (unfinished, or recently touched)."""

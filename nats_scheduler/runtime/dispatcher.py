@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Protocol
 
-from ..clock import Clock
+from ..clock import Clock, sleep_for
 from ..core import runcore
 from ..core.events import RunEventType, RunRecord
 from ..core.runcore import RetryPolicy
@@ -39,6 +39,12 @@ from .metrics import Metrics
 
 log = logging.getLogger(__name__)
 
+
+
+def _forget_outcome(call: asyncio.Future[str]) -> None:
+    """Retrieve an abandoned call's outcome, so its late failure is not logged as lost."""
+    if not call.cancelled():
+        call.exception()
 
 
 class Gate(Protocol):
@@ -152,7 +158,7 @@ class Dispatcher:
                 await self.sweep_once()
             except Exception:
                 log.exception("recovery sweep failed")
-            await self._clock.sleep_until(self._clock.now() + timedelta(seconds=interval))
+            await sleep_for(self._clock, interval)
 
     async def drain(self, timeout: float) -> None:
         """Stop taking Runs; let handler calls in progress finish within ``timeout``.
@@ -223,7 +229,10 @@ class Dispatcher:
         while not holding.record.finished:
             record = holding.record
             if record.retry_at is not None and record.retry_at > self._clock.now():
-                await self._clock.sleep_until(record.retry_at)
+                # as elapsed time, capped: a clock stepped back (or a takeover holder's clock
+                # behind the writer's) must not hold the Run for the minutes of the step
+                wait = (record.retry_at - self._clock.now()).total_seconds()
+                await sleep_for(self._clock, min(wait, self._policy.cap))
             if self._stopping:
                 # A drain lets calls in progress finish; it never starts a new attempt
                 # (that would spend the retry budget on a shutdown). Hand the Run back.
@@ -306,10 +315,20 @@ class Dispatcher:
         holding: _Holding,
     ) -> str:
         holding.in_call = True
+        call = asyncio.ensure_future(method(invocation))
         try:
-            result = await asyncio.wait_for(method(invocation), self._call_timeout)
+            # not wait_for: it waits for the cancelled call to end, and a handler that
+            # swallows its cancellation would hold the Run for ever (tests/faults/
+            # test_faults_handler.py). A call past the timeout is cancelled and left behind.
+            await asyncio.wait({call}, timeout=self._call_timeout)
         finally:
             holding.in_call = False
+            if not call.done():
+                call.cancel()
+                call.add_done_callback(_forget_outcome)
+        if not call.done():
+            raise TimeoutError()
+        result = call.result()
         if holding.lost:
             raise _LostRun()
         if not isinstance(result, str) or not result:
@@ -366,9 +385,10 @@ class Dispatcher:
 
     async def _renew(self, holding: _Holding, task: asyncio.Task[None]) -> None:
         """Extend the lease every third of its length; cancel the dispatch if it is lost."""
-        period = timedelta(seconds=self._leases.lease_seconds / 3)
         while True:
-            await self._clock.sleep_until(self._clock.now() + period)
+            # elapsed time, not a wall-clock instant: a clock stepped back must not stop the
+            # renewals of a live holder (tests/faults/test_faults_clock.py)
+            await sleep_for(self._clock, self._leases.lease_seconds / 3)
             if not await self._renew_once(holding):
                 task.cancel()
                 return

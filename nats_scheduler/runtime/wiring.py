@@ -124,8 +124,8 @@ class Runtime:
         def on_schedule(seq: int, _subject: str, data: bytes) -> None:
             self.table.apply(seq, decode_schedule_event(data).schedule)
 
-        def on_run(seq: int, _subject: str, data: bytes) -> None:
-            self.ledger.apply(seq, decode_run_event(data).run)
+        def on_run(seq: int, subject: str, data: bytes) -> None:
+            self.ledger.apply_event(seq, decode_run_event(data), names.run_ids_of_subject(subject))
 
         runs_from = await self.store.last_seq(names.runs_stream) + 1
         self.followers = [

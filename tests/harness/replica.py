@@ -1,7 +1,7 @@
 """One provider replica as its own OS process, driven by JSON lines (tests, benchmarks, demo).
 
 ``python -m tests.harness.replica --url URL --prefix P --handler-db FILE
-[--identity ID] [--lease-seconds S] [--settings JSON]``
+[--identity ID] [--lease-seconds S] [--settings JSON] [--clock-offset SECONDS]``
 
 It starts one :class:`~nats_scheduler.NatsSchedulerProvider` whose handler is a
 :class:`~tests.harness.shared_handler.SqliteRunHandler` on ``FILE``, so every replica
@@ -31,6 +31,11 @@ event ``{"event": "ready" | "stopped", ...}``. Commands run concurrently. Operat
   as a process that dies right after the create would leave it -> ``run``
 - ``get_run`` ``run_id`` -> ``run``; ``list_runs`` ``deployment, limit=1000`` -> ``runs``
 - ``status`` -> identity, Runs in flight, the due times its ticker fired, fire-loop figures
+- ``step_clock`` ``seconds``: step this replica's clock (an :class:`~.clocks.OffsetClock`,
+  ``--clock-offset`` at start) forward or back -> ``offset`` (seconds)
+- ``stall`` ``seconds``: block the event loop with ``time.sleep`` (a GC pause, a CPU-starved
+  host): nothing of the provider runs meanwhile -> answers afterwards
+- ``followers`` -> each projection follower's stream, applied sequence and skipped events
 - ``stop`` -> stops the provider (drain), answers, prints ``stopped`` and exits 0
 """
 
@@ -55,6 +60,7 @@ from nats_scheduler.provider import NatsSchedulerProvider
 from nats_scheduler.seam import EnqueueRequest, Run, RunPayload, Schedule, Trigger
 from nats_scheduler.settings import NatsSettings
 
+from .clocks import OffsetClock
 from .shared_handler import SqliteRunHandler
 
 log = logging.getLogger("nats_scheduler.replica")
@@ -115,8 +121,9 @@ class ReplicaProvider(NatsSchedulerProvider):
     through :meth:`fire_unrecorded` so they are not mistaken for ticker fires.
     """
 
-    def __init__(self, settings: NatsSettings) -> None:
-        super().__init__(settings)
+    def __init__(self, settings: NatsSettings, clock: OffsetClock | None = None) -> None:
+        self.offset_clock = clock or OffsetClock()
+        super().__init__(settings, clock=self.offset_clock)
         self.ticker_fires: list[tuple[str, str]] = []
 
     async def fire_due(self, deployment_id: str, due_at: datetime) -> Run | None:
@@ -260,6 +267,22 @@ class Replica:
             "loop": self.loop.figures() if self.loop else None,
         }
 
+    async def op_step_clock(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        offset = self.provider.offset_clock.step(float(cmd["seconds"]))
+        return {"offset": offset.total_seconds()}
+
+    async def op_stall(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        began = time.time()
+        time.sleep(float(cmd["seconds"]))  # noqa: ASYNC251 - on purpose: the loop stops
+        return {"began": began, "ended": time.time()}
+
+    async def op_followers(self, _cmd: dict[str, Any]) -> dict[str, Any]:
+        runtime = self.provider.runtime
+        followers = runtime.followers if runtime is not None else []
+        return {"followers": [
+            {"stream": f.stream, "applied_seq": f.applied_seq, "poisoned": f.poisoned,
+             "last_poison": f.last_poison} for f in followers]}
+
     async def op_stop(self, _cmd: dict[str, Any]) -> dict[str, Any]:
         await self.op_stop_loop({})
         await self.provider.stop()
@@ -325,7 +348,7 @@ async def amain(args: argparse.Namespace) -> int:
     identity = settings.identity or f"replica-{os.getpid()}"
     settings = settings.with_(identity=identity)
     handler = SqliteRunHandler(args.handler_db, process=identity)
-    provider = ReplicaProvider(settings)
+    provider = ReplicaProvider(settings, OffsetClock(args.clock_offset))
     provider.configure(repository_backend=None)
     await provider.start(handler)
     emit({"event": "ready", "identity": identity, "pid": os.getpid(), "at": time.time()})
@@ -344,6 +367,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lease-seconds", type=float, default=None)
     parser.add_argument("--settings", default=None,
                         help="JSON object of further NatsSettings fields")
+    parser.add_argument("--clock-offset", type=float, default=0.0,
+                        help="seconds this replica's clock is ahead (negative: behind)")
     parser.add_argument("--log-level", default="WARNING")
     return parser.parse_args(argv)
 

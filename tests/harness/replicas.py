@@ -2,7 +2,10 @@
 
 :class:`ReplicaProcess` is one replica OS process: ``send`` a command and await its answer,
 ``wait_for`` an event line, and the signals the fault tests need (``kill`` = SIGKILL,
-``pause``/``resume`` = SIGSTOP/SIGCONT), always by the process's own PID.
+``pause``/``resume`` = SIGSTOP/SIGCONT), always by the process's own PID. It also keeps the
+windows in which the process was running and responsive (from ``ready`` to a kill, a pause,
+a stall or its exit), in the test's wall time: the invariant checker's liveness windows
+(:meth:`ReplicaSet.windows`).
 :class:`ReplicaSet` spawns several and, on exit, stops every one still running (gracefully,
 then by SIGKILL), even when the test failed: a replica never outlives its test. A replica
 also exits by itself when its stdin closes, which covers a test process that was killed.
@@ -26,9 +29,12 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
+
+from nats_scheduler.admin.invariants import Window
 
 __all__ = ["REPO_ROOT", "ReplicaError", "ReplicaProcess", "ReplicaSet"]
 
@@ -61,6 +67,7 @@ class ReplicaProcess:
         lease_seconds: float | None = None,
         settings: Mapping[str, object] | None = None,
         log_level: str = "WARNING",
+        clock_offset: float = 0.0,
     ) -> None:
         self.url = url
         self.prefix = prefix
@@ -70,6 +77,8 @@ class ReplicaProcess:
         self.lease_seconds = lease_seconds
         self.settings = dict(settings or {})
         self.log_level = log_level
+        self.clock_offset = clock_offset
+        self._spans: list[tuple[datetime, datetime | None]] = []
         self._proc: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
         self._answers: dict[int, asyncio.Future[Message]] = {}
@@ -88,6 +97,8 @@ class ReplicaProcess:
             cmd += ["--lease-seconds", str(self.lease_seconds)]
         if self.settings:
             cmd += ["--settings", json.dumps(self.settings)]
+        if self.clock_offset:
+            cmd += ["--clock-offset", str(self.clock_offset)]
         return cmd
 
     async def start(self, timeout: float = 30.0) -> Self:
@@ -108,7 +119,23 @@ class ReplicaProcess:
         except BaseException:
             self.kill()
             raise
+        self._open()
         return self
+
+    # ------------------------------------------------------------------ liveness windows
+
+    def _open(self) -> None:
+        if not self._spans or self._spans[-1][1] is not None:
+            self._spans.append((datetime.now(UTC), None))
+
+    def _close(self, at: datetime | None = None) -> None:
+        if self._spans and self._spans[-1][1] is None:
+            self._spans[-1] = (self._spans[-1][0], at or datetime.now(UTC))
+
+    def windows(self) -> list[Window]:
+        """When this replica was running and responsive (an open window ends now)."""
+        now = datetime.now(UTC)
+        return [Window(start, end or now, self.identity) for start, end in self._spans]
 
     @property
     def pid(self) -> int | None:
@@ -140,6 +167,7 @@ class ReplicaProcess:
                 self.events.append(message)
             self._changed.set()
         await proc.wait()
+        self._close()
         for future in self._answers.values():
             if not future.done():
                 future.set_exception(ReplicaError(
@@ -199,10 +227,12 @@ class ReplicaProcess:
 
     def kill(self) -> None:
         """SIGKILL: the process dies at once, mid-call, without releasing anything."""
+        self._close()
         self._signal(signal.SIGKILL)
 
     def pause(self) -> None:
         """SIGSTOP: the process freezes (its renewals stop) until :meth:`resume`."""
+        self._close()
         self._signal(signal.SIGSTOP)
         self.paused = True
 
@@ -210,6 +240,22 @@ class ReplicaProcess:
         """SIGCONT."""
         self._signal(signal.SIGCONT)
         self.paused = False
+        if self.running:
+            self._open()
+
+    async def stall(self, seconds: float) -> None:
+        """Block the replica's event loop for ``seconds`` (not a responsive window)."""
+        self._close()
+        try:
+            await self.send("stall", seconds=seconds, timeout=seconds + 30)
+        finally:
+            if self.running:
+                self._open()
+
+    async def step_clock(self, seconds: float) -> float:
+        """Step the replica's clock by ``seconds``; returns its new offset."""
+        answer = await self.send("step_clock", seconds=seconds)
+        return float(answer["offset"])
 
     async def wait_exit(self, timeout: float = 10.0) -> int | None:
         if self._proc is None:
@@ -282,6 +328,10 @@ class ReplicaSet:
         replicas = [self.add(identity, **overrides) for identity in identities]
         await asyncio.gather(*(r.start() for r in replicas))
         return replicas
+
+    def windows(self) -> list[Window]:
+        """Every replica's liveness windows (the invariant checker's ``windows``)."""
+        return [w for r in self.replicas for w in r.windows()]
 
     def log_tails(self, lines: int = 30) -> str:
         seen: set[Path] = set()

@@ -12,8 +12,12 @@ Each call is recorded (process, method, Run, attempt, session) so tests can coun
 
 Behaviour can be steered per deployment through the ``rules`` table (set from a test
 process): ``fail_transient:N`` (the next N calls fail), ``fail_permanent``, ``slow:SECONDS``,
-``slow_start:SECONDS`` and ``slow_admit:SECONDS`` (sleep inside the call), and the two
-deterministic ones that multi-process tests use to have a call in flight at a known point:
+``slow_start:SECONDS`` and ``slow_admit:SECONDS`` (sleep inside the call),
+``garbage_start:KIND`` and ``garbage_admit:KIND`` (return ``""``, ``None`` or ``42`` instead of
+an ID, for KIND ``empty``, ``none``, ``int``; recorded as ``garbage``), ``deaf_admit``
+(``admit_turn`` never returns and ignores cancellation, like a client library that swallows
+it; recorded as ``deaf``), and the two deterministic ones that multi-process tests use to
+have a call in flight at a known point:
 
 - ``hang_start``: ``start_session`` records a ``hang`` call on entry, then waits until the
   rule is cleared (or changed), then proceeds. A test waits for that record, then kills or
@@ -51,8 +55,21 @@ CREATE TABLE IF NOT EXISTS calls (id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL 
 CREATE TABLE IF NOT EXISTS rules (deployment_id TEXT PRIMARY KEY, rule TEXT NOT NULL);
 """
 
+_NO_GARBAGE = object()
+_GARBAGE: dict[str, object] = {"empty": "", "none": None, "int": 42}
+"""What a ``garbage_*`` rule returns instead of a Session or turn ID."""
+
 HANG_POLL_SECONDS = 0.02
 """How often a call blocked by a ``hang_*`` rule looks whether the rule was cleared."""
+
+
+async def _ignore_cancellation_forever() -> None:
+    """Never return, and swallow every cancellation (a deaf call)."""
+    while True:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            continue
 
 
 @dataclass(frozen=True)
@@ -93,12 +110,16 @@ class SqliteRunHandler:
     # ------------------------------------------------------------------ RunHandler
 
     async def start_session(self, invocation: RunInvocation) -> str:
-        await self._apply_rule(invocation, "start_session")
+        garbage = await self._apply_rule(invocation, "start_session")
+        if garbage is not _NO_GARBAGE:
+            return garbage  # type: ignore[return-value]
         session = await asyncio.to_thread(self._start_session, invocation)
         return session
 
     async def admit_turn(self, invocation: RunInvocation) -> str:
-        await self._apply_rule(invocation, "admit_turn")
+        garbage = await self._apply_rule(invocation, "admit_turn")
+        if garbage is not _NO_GARBAGE:
+            return garbage  # type: ignore[return-value]
         if invocation.session_id is None:
             raise RunPermanentError("admit_turn needs the Session ID of the Run")
         return await asyncio.to_thread(self._admit_turn, invocation)
@@ -116,15 +137,22 @@ class SqliteRunHandler:
         finally:
             conn.close()
 
-    async def _apply_rule(self, invocation: RunInvocation, method: str) -> None:
+    async def _apply_rule(self, invocation: RunInvocation, method: str) -> object:
+        """Act on the deployment's rule; a garbage answer to return instead, if any."""
         rule = await asyncio.to_thread(self._take_rule, invocation.deployment_id)
         if rule is None:
-            return
+            return _NO_GARBAGE
         kind, _, arg = rule.partition(":")
+        if (kind, method) in (("garbage_start", "start_session"), ("garbage_admit", "admit_turn")):
+            await asyncio.to_thread(self._record, invocation, method, "garbage")
+            return _GARBAGE[arg or "empty"]
+        if (kind, method) == ("deaf_admit", "admit_turn"):
+            await asyncio.to_thread(self._record, invocation, method, "deaf")
+            await _ignore_cancellation_forever()
         if (kind, method) in (("hang_start", "start_session"), ("hang_admit", "admit_turn")):
             await asyncio.to_thread(self._record, invocation, method, "hang")
             await self._wait_cleared(invocation.deployment_id, rule)
-            return
+            return _NO_GARBAGE
         if kind == "fail_transient":
             self._record(invocation, method, "transient")
             raise ConnectionError("handler unavailable (steered)")
@@ -135,6 +163,7 @@ class SqliteRunHandler:
             kind == "slow_start" and method == "start_session"
         ):
             await asyncio.sleep(float(arg or "1"))
+        return _NO_GARBAGE
 
     async def _wait_cleared(self, deployment_id: str, rule: str) -> None:
         """Block until the deployment's rule is no longer ``rule`` (polls the shared file)."""

@@ -1,0 +1,132 @@
+"""``check``: prove the scheduler's promises against a store, after the fact.
+
+Reads every stored Schedule and Run event of the prefix (with the server's timestamps) and
+the leases, and runs the invariant checker (:mod:`nats_scheduler.admin.invariants`): one
+Run per due time, no Run started after a pause, one Session per Run, every Run finished or
+legitimately in flight, projections equal to a replay. ``--alive`` tells it when replicas
+were running (so it can expect due times and bound takeovers); ``--calls`` gives it
+AstraBox's record of handler calls, one JSON object per line::
+
+    {"at": "2026-05-01T12:00:00.120Z", "method": "start_session", "run_id": "s...",
+     "session_id": null, "returned": "sess-1", "process": "host-a", "outcome": "ok"}
+
+Exit code 0 when nothing is violated, 7 (unhealthy) with the report otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import socket
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ..admin.api import AdminError, ErrorCode
+from ..admin.invariants import HandlerCall, Options, Report, Window, check
+from ..admin.stored_events import load_history
+from ..jetstream.connection import connect
+from .common import (
+    EXIT_OK,
+    EXIT_UNHEALTHY,
+    connection_flags,
+    output_flags,
+    print_json,
+    run_command,
+    settings_from_args,
+)
+
+
+def instant(text: str) -> datetime:
+    """An ISO 8601 instant (``Z`` or an offset; naive means UTC), or ``now``."""
+    if text.strip().lower() == "now":
+        return datetime.now(UTC)
+    value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def window(text: str) -> Window:
+    """``START/END[/IDENTITY]``: when a replica (optionally named) was alive."""
+    parts = text.split("/")
+    if len(parts) not in (2, 3):
+        raise argparse.ArgumentTypeError("expected START/END or START/END/IDENTITY")
+    try:
+        start, end = instant(parts[0]), instant(parts[1])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 instant: {exc}") from None
+    return Window(start, end, parts[2] if len(parts) == 3 else None)
+
+
+def read_calls(path: Path) -> list[HandlerCall]:
+    """The handler's record of calls from a JSON Lines file (see the module docstring)."""
+    calls = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+            at = data["at"]
+            calls.append(HandlerCall(
+                at=(datetime.fromtimestamp(at, UTC) if isinstance(at, (int, float))
+                    else instant(at)),
+                method=data["method"], run_id=data["run_id"],
+                session_id=data.get("session_id"), process=data.get("process", ""),
+                outcome=data.get("outcome", "ok"), returned=data.get("returned")))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}:{number}: not a handler call record ({exc})") from None
+    return calls
+
+
+def _calls(args: argparse.Namespace) -> list[HandlerCall] | None:
+    """The ``--calls`` file; an unreadable one is an invalid request (exit 2)."""
+    if not args.calls:
+        return None
+    try:
+        return read_calls(Path(args.calls))
+    except (OSError, ValueError) as exc:
+        raise AdminError(ErrorCode.INVALID_REQUEST, str(exc)) from None
+
+
+async def _check(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    calls = _calls(args)
+    nc = await connect(settings, f"nats-scheduler-check-{socket.gethostname()}")
+    try:
+        history = await load_history(nc, settings.prefix, timeout=args.timeout)
+    finally:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(nc.close(), 2.0)
+    options = Options(calls=calls, windows=args.alive or (), grace=args.grace,
+                      margin=args.margin,
+                      lease_seconds=args.lease_seconds or settings.lease_seconds)
+    report = check(history, options)
+    _print(report, args.json)
+    return EXIT_OK if report.ok else EXIT_UNHEALTHY
+
+
+def _print(report: Report, as_json: bool) -> None:
+    if as_json:
+        print_json({"ok": report.ok, **report.to_builtins()})
+    else:
+        print(report.text(), flush=True)
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser(
+        "check", parents=[connection_flags(), output_flags()],
+        help="check the stored history against the scheduler's promises (exit 7: violated)")
+    parser.add_argument("--alive", action="append", type=window, metavar="START/END[/ID]",
+                        help="when a replica was running (ISO 8601, or 'now'); repeatable. "
+                             "Due times inside are expected to have exactly one Run")
+    parser.add_argument("--calls", metavar="FILE",
+                        help="AstraBox's record of handler calls, JSON Lines")
+    parser.add_argument("--grace", type=float, default=30.0,
+                        help="seconds a Run may be unfinished without a live lease "
+                             "(default 30)")
+    parser.add_argument("--margin", type=float, default=2.0,
+                        help="seconds around --alive edges and Schedule changes in which a "
+                             "due time is not expected (default 2)")
+    parser.add_argument("--lease-seconds", type=float, default=None,
+                        help="the replicas' lease length (ASTRABOX_NATS_LEASE_SECONDS)")
+    parser.set_defaults(func=lambda a: run_command(a, _check))
