@@ -185,7 +185,8 @@ async def test_store_errors_are_counted_by_kind(tmp_path: Path) -> None:
                 await provider.store.append(subject, b"{}", expected_seq=0, msg_id="probe")
             # a read the server refuses for good (no such stream): unavailable at once
             with pytest.raises(SchedulerUnavailable):
-                await provider.store.last_seq("NO_SUCH_STREAM")
+                store = provider.store
+                await store.retrying("probe", lambda: store.js.stream_info("NO_SUCH_STREAM"))
             m = exported(reader)
             assert point(m, "astrabox.scheduler.store.errors", kind="conflict") == 1
             assert point(m, "astrabox.scheduler.store.errors", kind="unavailable") == 1

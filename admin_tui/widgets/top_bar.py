@@ -34,6 +34,8 @@ def health_text(health: Health | None) -> Text:
         (len(health.stuck_runs), "stuck"),
         (len(health.failed_runs), "failed/24h"),
     ]
+    if health.skipped_events:  # poison events: shown only when there are any
+        counts.append((len(health.skipped_events), "skipping events"))
     if not any(n for n, _ in counts):
         return Text("✓ healthy", style="bold green")
     text = Text("⚠ ", style="bold red")

@@ -127,6 +127,7 @@ class ReplicaMetrics(msgspec.Struct, frozen=True, kw_only=True):
     takeovers: int = 0
     stale_fire_reads: int = 0
     store_errors: dict[str, int] = {}
+    events_skipped: dict[str, int] = {}
     schedules: dict[str, int] = {}
     runs_in_flight: int = 0
     lateness: dict[str, LatenessSummary] = {}
@@ -177,6 +178,7 @@ class Health(msgspec.Struct, frozen=True, kw_only=True):
     silent_stops: list[str]  # deployment IDs whose expected due time passed without a Run
     stuck_runs: list[RunView]  # PENDING/DISPATCHING past their lease
     failed_runs: list[RunView]  # FAILED in the last 24 h
+    skipped_events: list[str] = []  # poison events the answering replica's projections skipped
 
 
 # ----------------------------------------------------------------------------- requests

@@ -347,8 +347,12 @@ class AdminService:
 
     async def health(self, _req: _Empty) -> Health:
         leases = lease_expiries(await self.reader.leases())
-        return build_health(self.provider.schedules.live(), self.provider.ledger, leases,
-                            self._clock_now, self.policy, alive_since=self.started_at)
+        health = build_health(self.provider.schedules.live(), self.provider.ledger, leases,
+                              self._clock_now, self.policy, alive_since=self.started_at)
+        running = self.provider.runtime
+        skipped = [f"{f.poisoned} skipped, last {f.last_poison}"
+                   for f in (running.followers if running else []) if f.poisoned]
+        return msgspec.structs.replace(health, skipped_events=skipped)
 
 
 def _reason(value: str | None) -> str | None:

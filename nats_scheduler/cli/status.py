@@ -37,7 +37,8 @@ class StatusReport(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def healthy(health: Health) -> bool:
-    return not (health.silent_stops or health.stuck_runs or health.failed_runs)
+    return not (health.silent_stops or health.stuck_runs or health.failed_runs
+                or health.skipped_events)
 
 
 def _runs(title: str, runs: list[RunView]) -> list[str]:
@@ -152,6 +153,8 @@ def status_text(status: ClusterStatus, health: Health) -> str:
     lines.append(f"in flight: {', '.join(status.in_flight) or 'none'}")
     lines.append("health: " + ("ok" if healthy(health) else "PROBLEMS"))
     lines.append("  silent stops: " + (", ".join(health.silent_stops) or "none"))
+    for skipped in health.skipped_events:
+        lines.append(f"  skipped events: {skipped}")
     lines += ["  " + line for line in _runs("stuck runs", health.stuck_runs)]
     lines += ["  " + line for line in _runs("failed runs (24 h)", health.failed_runs)]
     return "\n".join(lines)

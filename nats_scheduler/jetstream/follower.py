@@ -44,6 +44,7 @@ class Follower:
         on_message: OnMessage,
         heartbeat: float = 1.0,
         from_seq: int | None = None,
+        on_skip: Callable[[], None] | None = None,
     ) -> None:
         """``from_seq``: deliver only events from that stream sequence on (new events), not
         the last event of every subject."""
@@ -53,6 +54,7 @@ class Follower:
         self._on_message = on_message
         self._heartbeat = heartbeat
         self._from_seq = from_seq
+        self._on_skip = on_skip
         self._sub: Subscription | None = None
         self._caught_up = asyncio.Event()
         self._target_seq = 0
@@ -88,6 +90,8 @@ class Follower:
 
     def _poisoned(self, seq: int, subject: str, exc: Exception) -> None:
         self.poisoned += 1
+        if self._on_skip is not None:
+            self._on_skip()
         reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
         self.last_poison = f"#{seq} on {subject}: {type(exc).__name__} {reason}".rstrip()
         log.warning("skipped event %s on %s (%d skipped so far): %s", seq, subject,

@@ -91,6 +91,10 @@ STORE_ERRORS = InstrumentSpec(
     "astrabox.scheduler.store.errors", "counter", "{error}",
     "Store failures: retried (kind=transient), raised as unavailable (kind=unavailable), "
     "conditional appends refused (kind=conflict)", ("kind",))
+EVENTS_SKIPPED = InstrumentSpec(
+    "astrabox.scheduler.events.skipped", "counter", "{event}",
+    "Messages on the event subjects the projections refused and skipped (not an event, filed "
+    "under another Run, or a transition that cannot happen)", ("stream",))
 SCHEDULES = InstrumentSpec(
     "astrabox.scheduler.schedules", "updowncounter", "{schedule}",
     "Schedules by state as this process's table holds them: active (firing), held, disabled",
@@ -100,8 +104,8 @@ RUNS_IN_FLIGHT = InstrumentSpec(
     "Runs this process holds the lease of right now")
 
 INSTRUMENTS = (FIRE_LATENESS, RUNS_CREATED, RUNS_DISPATCHED, RUNS_FAILED, DISPATCH_ATTEMPTS,
-               DISPATCH_RETRIES, TAKEOVERS, STALE_FIRE_READS, STORE_ERRORS, SCHEDULES,
-               RUNS_IN_FLIGHT)
+               DISPATCH_RETRIES, TAKEOVERS, STALE_FIRE_READS, STORE_ERRORS, EVENTS_SKIPPED,
+               SCHEDULES, RUNS_IN_FLIGHT)
 """Every instrument the provider exports (docs/operations.md lists the same)."""
 
 
@@ -128,6 +132,7 @@ class Snapshot:
     takeovers: int = 0
     stale_fire_reads: int = 0
     store_errors: dict[str, int] = field(default_factory=dict)
+    events_skipped: dict[str, int] = field(default_factory=dict)
     schedules: dict[str, int] = field(default_factory=dict)
     runs_in_flight: int = 0
     lateness: dict[str, Lateness] = field(default_factory=dict)
@@ -213,6 +218,10 @@ class Metrics:
     def store_error(self, kind: StoreErrorKind) -> None:
         self._count(STORE_ERRORS, kind, {"kind": kind})
 
+    def event_skipped(self, stream: Literal["schedules", "runs"]) -> None:
+        """A projection refused a message on the event subjects (a poison event)."""
+        self._count(EVENTS_SKIPPED, stream, {"stream": stream})
+
     def holding(self, delta: int) -> None:
         """This process took (+1) or gave up (-1) the lease of a Run."""
         if not self._live:
@@ -284,6 +293,7 @@ class Metrics:
             takeovers=total(TAKEOVERS),
             stale_fire_reads=total(STALE_FIRE_READS),
             store_errors=by_key(STORE_ERRORS),
+            events_skipped=by_key(EVENTS_SKIPPED),
             schedules={state: n for state, n in self._schedules.items() if n},
             runs_in_flight=self._in_flight,
             lateness={stage: summary for stage, samples in self._lateness.items()

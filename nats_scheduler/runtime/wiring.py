@@ -130,9 +130,11 @@ class Runtime:
         runs_from = await self.store.last_seq(names.runs_stream) + 1
         self.followers = [
             Follower(self.store, stream=names.schedules_stream,
-                     filter_subject=names.schedules_filter, on_message=on_schedule),
+                     filter_subject=names.schedules_filter, on_message=on_schedule,
+                     on_skip=lambda: self.metrics.event_skipped("schedules")),
             Follower(self.store, stream=names.runs_stream, filter_subject=names.runs_filter,
-                     on_message=on_run, from_seq=runs_from),
+                     on_message=on_run, from_seq=runs_from,
+                     on_skip=lambda: self.metrics.event_skipped("runs")),
         ]
         try:
             for follower in self.followers:

@@ -14,6 +14,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from admin_tui.widgets.top_bar import health_text
+from nats_scheduler.admin.client import AdminClient
+from nats_scheduler.cli.status import healthy
 from nats_scheduler.core import runcore
 from nats_scheduler.core.events import encode
 from nats_scheduler.names import Names
@@ -78,6 +81,14 @@ async def test_poison_events_are_skipped_counted_and_never_corrupt_or_stall_a_pr
             assert p.ledger.get("elsewhere") is None
             followers = p.runtime.followers  # type: ignore[union-attr]
             assert all(f.last_poison for f in followers)
+        # Reported where operators look: the metric, the admin health, status and console.
+        assert provider.runtime is not None
+        assert provider.runtime.metrics.snapshot().events_skipped == {"schedules": 1,
+                                                                      "runs": 3}
+        client = AdminClient(provider.store.nc, prefix)
+        health = await eventually(client.health, timeout=10)
+        assert len(health.skipped_events) == 2 and not healthy(health)
+        assert "skipping events" in health_text(health).plain
         # ... and the projections go on: a new Run is seen by both replicas
         after = await provider.enqueue(EnqueueRequest("d", Trigger.RUN_NOW))
         await eventually(lambda: dispatched(other, after.run_id), timeout=10)
