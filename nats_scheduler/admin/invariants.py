@@ -40,6 +40,7 @@ The checks (``CHECKS`` names them; docs/failure-modes.md says which test proves 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -350,22 +351,21 @@ def check_projection(replayed: Mapping[str, RunRecord], ledger: Ledger | None
 # ----------------------------------------------------------------------------- due times
 
 
+def _until(events: ScheduleHistory, instant: datetime) -> ScheduleHistory:
+    """The Schedule's events stored at or before ``instant``, in order."""
+    return list(itertools.takewhile(lambda pair: pair[0].stored_at <= instant, events))
+
+
 def _schedule_at(events: ScheduleHistory, instant: datetime) -> ScheduleRecord | None:
     """The Schedule as its last event stored at or before ``instant`` left it."""
-    state = None
-    for stored, event in events:
-        if stored.stored_at > instant:
-            break
-        state = event.schedule
-    return state
+    before = _until(events, instant)
+    return before[-1][1].schedule if before else None
 
 
 def _inactive_since(events: ScheduleHistory, instant: datetime) -> datetime | None:
     """When the Schedule stopped firing, if it was not firing at ``instant``; else None."""
     since = None
-    for stored, event in events:
-        if stored.stored_at > instant:
-            break
+    for stored, event in _until(events, instant):
         if event.schedule.active:
             since = None
         elif since is None:

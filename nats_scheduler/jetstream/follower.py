@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import nats.js.errors
 from nats.aio.msg import Msg
@@ -32,56 +33,44 @@ log = logging.getLogger(__name__)
 OnMessage = Callable[[int, str, bytes], None]
 
 
+@dataclass(eq=False)
 class Follower:
-    """One ordered consumer feeding ``on_message(stream_seq, subject, data)``."""
+    """One ordered consumer feeding ``on_message(stream_seq, subject, data)``.
 
-    def __init__(
-        self,
-        store: Store,
-        *,
-        stream: str,
-        filter_subject: str,
-        on_message: OnMessage,
-        heartbeat: float = 1.0,
-        from_seq: int | None = None,
-        on_skip: Callable[[], None] | None = None,
-    ) -> None:
-        """``from_seq``: deliver only events from that stream sequence on (new events), not
-        the last event of every subject."""
-        self._store = store
-        self._stream = stream
-        self._filter = filter_subject
-        self._on_message = on_message
-        self._heartbeat = heartbeat
-        self._from_seq = from_seq
-        self._on_skip = on_skip
-        self._sub: Subscription | None = None
-        self._caught_up = asyncio.Event()
-        self._target_seq = 0
-        self.applied_seq = 0
-        self.poisoned = 0
-        """Messages skipped because the projection refused them (see the module docstring)."""
-        self.last_poison: str | None = None
-        """Which message was skipped last and why (stream sequence, subject, reason)."""
+    ``from_seq``: deliver only events from that stream sequence on (new events), not the last
+    event of every subject. ``on_skip`` hears of every message the projection refused.
+    """
 
-    @property
-    def stream(self) -> str:
-        return self._stream
+    store: Store
+    stream: str
+    filter_subject: str
+    on_message: OnMessage
+    heartbeat: float = 1.0
+    from_seq: int | None = None
+    on_skip: Callable[[], None] | None = None
+    applied_seq: int = field(default=0, init=False)
+    poisoned: int = field(default=0, init=False)
+    """Messages skipped because the projection refused them (see the module docstring)."""
+    last_poison: str | None = field(default=None, init=False)
+    """Which message was skipped last and why (stream sequence, subject, reason)."""
+    _sub: Subscription | None = field(default=None, init=False, repr=False)
+    _caught_up: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
+    _target_seq: int = field(default=0, init=False, repr=False)
 
     async def start(self, timeout: float = 30.0) -> None:
         """Subscribe and return once every event stored before the call has been applied."""
-        self._target_seq = await self._store.last_seq(self._stream)
-        if self._target_seq == 0 or self._from_seq is not None:
+        self._target_seq = await self.store.last_seq(self.stream)
+        if self._target_seq == 0 or self.from_seq is not None:
             self._caught_up.set()  # nothing to replay: only what comes from now on
-        self._sub = await self._store.follow(self._stream, self._filter, self._deliver,
-                                             heartbeat=self._heartbeat, from_seq=self._from_seq)
+        self._sub = await self.store.follow(self.stream, self.filter_subject, self._deliver,
+                                             heartbeat=self.heartbeat, from_seq=self.from_seq)
         await asyncio.wait_for(self._caught_up.wait(), timeout)
 
     async def _deliver(self, msg: Msg) -> None:
         meta = msg.metadata
         seq = meta.sequence.stream
         try:
-            self._on_message(seq, msg.subject, msg.data)
+            self.on_message(seq, msg.subject, msg.data)
         except Exception as exc:  # a bad event must not stop the projection
             self._poisoned(seq, msg.subject, exc)
         self.applied_seq = max(self.applied_seq, seq)
@@ -90,8 +79,8 @@ class Follower:
 
     def _poisoned(self, seq: int, subject: str, exc: Exception) -> None:
         self.poisoned += 1
-        if self._on_skip is not None:
-            self._on_skip()
+        if self.on_skip is not None:
+            self.on_skip()
         reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
         self.last_poison = f"#{seq} on {subject}: {type(exc).__name__} {reason}".rstrip()
         log.warning("skipped event %s on %s (%d skipped so far): %s", seq, subject,
