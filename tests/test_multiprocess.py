@@ -32,7 +32,7 @@ from nats_scheduler.names import token
 from nats_scheduler.seam import RunPayload, Schedule
 from nats_scheduler.testing.handler import RecordingRunHandler
 from tests.harness.history import StoredEvent, run_history
-from tests.harness.replicas import ReplicaProcess, ReplicaSet
+from tests.harness.replicas import ReplicaProcess, ReplicaSet, replica_set
 from tests.harness.servers import connect_fast, unique_prefix
 from tests.harness.shared_handler import CallRecord, SqliteRunHandler
 from tests.providers import eventually, running
@@ -70,14 +70,9 @@ def handler(tmp_path: Path) -> SqliteRunHandler:
 async def replicas(nats_url: str, tmp_path: Path,
                    handler: SqliteRunHandler) -> AsyncIterator[ReplicaSet]:
     """A set of replica processes on a fresh prefix; all stopped (or killed) afterwards."""
-    async with ReplicaSet(url=nats_url, prefix=unique_prefix(), handler_db=handler.path,
-                          log_dir=tmp_path / "logs", lease_seconds=LEASE,
-                          settings=REPLICA_SETTINGS) as rs:
-        try:
-            yield rs
-        except BaseException:
-            print(rs.log_tails())
-            raise
+    async with replica_set(nats_url, tmp_path, handler.path, lease_seconds=LEASE,
+                           settings=REPLICA_SETTINGS) as rs:
+        yield rs
 
 
 async def history(nats_url: str, prefix: str, deployment: str, run_id: str) -> list[StoredEvent]:

@@ -33,7 +33,7 @@ from nats_scheduler.runtime.firing import FIRE_READ_MAX_AGE, NOT_STARTED_AFTER_P
 from nats_scheduler.seam import Run, RunNotFound, RunPayload, RunState, Schedule, Trigger
 from nats_scheduler.testing.handler import RecordingRunHandler
 from tests.harness.history import deployment_run_history
-from tests.harness.replicas import ReplicaSet
+from tests.harness.replicas import ReplicaSet, replica_set
 from tests.harness.servers import connect_fast, unique_prefix
 from tests.harness.shared_handler import SqliteRunHandler
 from tests.providers import eventually, running
@@ -63,9 +63,8 @@ def handler(tmp_path: Path) -> SqliteRunHandler:
 @pytest.fixture
 async def replicas(nats_url: str, tmp_path: Path,
                    handler: SqliteRunHandler) -> AsyncIterator[ReplicaSet]:
-    async with ReplicaSet(url=nats_url, prefix=unique_prefix(), handler_db=handler.path,
-                          log_dir=tmp_path / "logs", lease_seconds=2.0,
-                          settings={"store_retry_seconds": 5.0}) as rs:
+    async with replica_set(nats_url, tmp_path, handler.path, lease_seconds=2.0,
+                           settings={"store_retry_seconds": 5.0}) as rs:
         yield rs
 
 

@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 
 from nats_scheduler.core import calendar
-from tests.harness.replicas import ReplicaProcess, ReplicaSet
+from tests.harness.replicas import ReplicaProcess, ReplicaSet, replica_set
 from tests.harness.scenario import FAST_REPLICA, LEASE, assert_clean_store, schedule
-from tests.harness.servers import unique_prefix
 from tests.harness.shared_handler import SqliteRunHandler
 from tests.providers import eventually
 
@@ -37,14 +36,9 @@ def handler(tmp_path: Path) -> SqliteRunHandler:
 @pytest.fixture
 async def replicas(nats_url: str, tmp_path: Path,
                    handler: SqliteRunHandler) -> AsyncIterator[ReplicaSet]:
-    async with ReplicaSet(url=nats_url, prefix=unique_prefix(), handler_db=handler.path,
-                          log_dir=tmp_path / "logs", lease_seconds=LEASE,
-                          settings=FAST_REPLICA) as rs:
-        try:
-            yield rs
-        except BaseException:
-            print(rs.log_tails())
-            raise
+    async with replica_set(nats_url, tmp_path, handler.path, lease_seconds=LEASE,
+                           settings=FAST_REPLICA) as rs:
+        yield rs
 
 
 async def ticker_fires(replica: ReplicaProcess, deployment: str) -> set[datetime]:

@@ -16,7 +16,7 @@ import pytest
 
 from nats_scheduler.core.events import RunClaimed
 from tests.harness.checking import read_history
-from tests.harness.replicas import ReplicaProcess, ReplicaSet
+from tests.harness.replicas import ReplicaProcess, ReplicaSet, replica_set
 from tests.harness.scenario import (
     FAST_REPLICA,
     LEASE,
@@ -25,7 +25,6 @@ from tests.harness.scenario import (
     wait_all_finished,
     wait_projections,
 )
-from tests.harness.servers import unique_prefix
 from tests.harness.shared_handler import SqliteRunHandler
 from tests.providers import eventually
 
@@ -56,14 +55,10 @@ def handler(tmp_path: Path) -> SqliteRunHandler:
 @pytest.fixture
 async def replicas(nats_url: str, tmp_path: Path,
                    handler: SqliteRunHandler) -> AsyncIterator[ReplicaSet]:
-    async with ReplicaSet(url=nats_url, prefix=unique_prefix(), handler_db=handler.path,
-                          log_dir=tmp_path / "logs", lease_seconds=LEASE,
-                          settings=SETTINGS) as rs:
+    async with replica_set(nats_url, tmp_path, handler.path, lease_seconds=LEASE,
+                           settings=SETTINGS) as rs:
         try:
             yield rs
-        except BaseException:
-            print(rs.log_tails())
-            raise
         finally:
             for replica in rs.replicas:  # a deaf call would hold a graceful stop up
                 replica.kill()

@@ -28,7 +28,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -363,3 +363,22 @@ class ReplicaSet:
         finally:
             for replica in self.replicas:  # whatever happened: nothing outlives the test
                 replica.kill()
+
+
+@contextlib.asynccontextmanager
+async def replica_set(
+    url: str, work_dir: Path, handler_db: Path, *, lease_seconds: float,
+    settings: Mapping[str, Any] | None = None,
+) -> AsyncIterator[ReplicaSet]:
+    """A :class:`ReplicaSet` on a fresh prefix, logging under ``work_dir``; its replicas'
+    log tails are printed when the body fails, and every replica is stopped afterwards."""
+    from .servers import unique_prefix
+
+    async with ReplicaSet(url=url, prefix=unique_prefix(), handler_db=handler_db,
+                          log_dir=work_dir / "logs", lease_seconds=lease_seconds,
+                          settings=settings) as replicas:
+        try:
+            yield replicas
+        except BaseException:
+            print(replicas.log_tails())
+            raise
