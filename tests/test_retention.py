@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
+import msgspec
 import pytest
 from nats.js.api import StreamConfig, StreamSource
 
 from nats_scheduler import NatsSchedulerProvider
+from nats_scheduler.jetstream.history import IndexEntry
 from nats_scheduler.names import Names
 from nats_scheduler.seam import (
     EnqueueRequest,
@@ -19,6 +21,7 @@ from nats_scheduler.seam import (
     RunPayload,
     RunState,
     Schedule,
+    SchedulerUnavailable,
     Trigger,
 )
 from nats_scheduler.testing.handler import RecordingRunHandler
@@ -261,3 +264,29 @@ async def test_the_default_margin_keeps_runs_stored_close_to_the_oldest_retained
             assert await stored_events(nats_url, prefix, "close", run.run_id) > 0
         # ... while the history already shows only the newest.
         assert [r.run_id for r in await provider.list_runs("close")] == [runs[-1].run_id]
+
+
+async def test_the_newest_run_of_more_deployments_than_one_read_may_ask_for(
+    nats_url: str,
+) -> None:
+    """The server answers "last message per subject" for at most 1,024 subjects, and refuses
+    more (413): the history reads in chunks, and a refusal is never a silently short answer."""
+    prefix = unique_prefix()
+    names = Names(prefix)
+    async with running(nats_url, prefix) as provider:
+        nc = await connect_fast(nats_url)
+        try:
+            js = nc.jetstream()
+            ids = [f"dep-{i:04d}" for i in range(1100)]
+            for i, dep in enumerate(ids):
+                entry = IndexEntry(run_id=f"run-{i}", created_at=datetime.now(UTC))
+                await js.publish_async(names.index_subject(dep), msgspec.json.encode(entry))
+            await js.publish_async_completed()
+        finally:
+            await nc.close()
+        assert provider.runtime is not None
+        latest = await provider.runtime.history.latest(ids)
+        assert len(latest) == 1100 and latest["dep-1099"].run_id == "run-1099"
+        with pytest.raises(SchedulerUnavailable):  # one read for all of them: refused, loudly
+            await provider.store.direct_batch(names.index_stream, {
+                "multi_last": [names.index_filter], "batch": 2000})

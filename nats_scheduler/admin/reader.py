@@ -260,13 +260,13 @@ class StoreReader:
         history = RunHistory(store)
         return history, RunReads(history, RunLog(store, Ledger()), Ledger(), self.clock)
 
-    async def ledger(self) -> Ledger:
+    async def ledger(self, deployments: list[str]) -> Ledger:
         """Every open Run, each deployment's newest Run and the last day's Runs."""
         history, _ = self._reads()
         ledger = Ledger()
         now = self.clock.now()
         open_runs = await self.leases()
-        await guarded("runs", lambda: load_ledger(ledger, history, open_runs, now))
+        await guarded("runs", lambda: load_ledger(ledger, history, open_runs, deployments))
         await guarded("runs", lambda: load_recent(ledger, history, now))
         return ledger
 
@@ -298,7 +298,7 @@ class StoreReader:
     async def list_schedules(self, filter: str | None = None, *,
                              include_deleted: bool = False) -> list[ScheduleView]:
         table = await self.schedule_table()
-        ledger = await self.ledger()
+        ledger = await self.ledger([r.deployment_id for r in table.all()])
         return schedule_views(table.all(), ledger, self.clock.now(), filter=filter,
                               include_deleted=include_deleted)
 
@@ -306,7 +306,7 @@ class StoreReader:
         record = await self.schedule_record(deployment_id)
         if record is None:
             raise AdminError(ErrorCode.NOT_FOUND, f"deployment {deployment_id!r} has no schedule")
-        ledger = await self.ledger()
+        ledger = await self.ledger([deployment_id])
         return schedule_detail(record, ledger, self.clock.now())
 
     async def list_runs(self, deployment_id: str, *, limit: int = 50,
@@ -379,7 +379,7 @@ class StoreReader:
 
     async def health(self) -> Health:
         table = await self.schedule_table()
-        ledger = await self.ledger()
+        ledger = await self.ledger([r.deployment_id for r in table.all()])
         leases = lease_expiries(await self.leases())
         return build_health(table.live(), ledger, leases, self.clock.now(), self.policy)
 

@@ -60,6 +60,14 @@ of the cluster (and the least time between two such switches)."""
 
 
 
+class BatchRefused(Exception):
+    """The server refused a batched read (its status and description)."""
+
+    def __init__(self, status: str, description: str) -> None:
+        super().__init__(f"{status} {description}".strip())
+        self.status = status
+
+
 @dataclass(frozen=True)
 class StoredMessage:
     """One message of a subject, as the stream leader stored it."""
@@ -368,8 +376,14 @@ class Store:
                 status = (msg.headers or {}).get("Status")
                 if status is None:
                     got.append(msg)
-                elif not done.done():
-                    done.set_result(None)  # 204 end of batch, 404 nothing matched
+                elif done.done():
+                    return
+                elif status in ("204", "404", "503"):
+                    # end of batch; nothing matched; no such stream (nothing stored yet)
+                    done.set_result(None)
+                else:  # e.g. 413 Too Many Results: never a silently short answer
+                    done.set_exception(BatchRefused(status, (msg.headers or {}).get(
+                        "Description", "")))
 
             sub = await self.nc.subscribe(inbox, cb=collect)
             try:

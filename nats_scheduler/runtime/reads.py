@@ -97,7 +97,7 @@ def merge(
 
 
 async def load_ledger(
-    ledger: Ledger, history: RunHistory, open_runs: Iterable[str], now: datetime,
+    ledger: Ledger, history: RunHistory, open_runs: Iterable[str], deployments: Iterable[str],
 ) -> list[str]:
     """Seed ``ledger`` with every open Run and each deployment's newest Run.
 
@@ -108,7 +108,7 @@ async def load_ledger(
     states = await history.states_by_id(wanted)
     for seq, record in states.values():
         ledger.apply(seq, record)
-    latest = await history.latest()
+    latest = await history.latest(deployments)
     newest = await history.states([(dep, e.run_id) for dep, e in latest.items()])
     for seq, record in newest.values():
         ledger.apply(seq, record)

@@ -146,7 +146,7 @@ class Runtime:
         open_runs = await self.store.retrying("could not read the open runs",
                                               self.leases.open_runs)
         never_stored = await load_ledger(self.ledger, self.history, open_runs,
-                                         self._clock.now())
+                                         [r.deployment_id for r in self.table.all()])
         for run_id in never_stored:
             if open_runs[run_id].expires_at <= self._clock.now():
                 with contextlib.suppress(Exception):
