@@ -3,12 +3,13 @@
 This module is the seam's glue and nothing else. Each method checks its input
 (:mod:`core.validation`), asks a functional core (:mod:`core.schedulecore`,
 :mod:`core.runcore`) what to write, has a log (:mod:`jetstream.schedulelog`,
-:mod:`jetstream.runlog`) append it conditionally, and answers reads from the projections
-(:mod:`projections`). The running parts are wired in :meth:`NatsSchedulerProvider.start`:
-the ticker (:mod:`runtime.ticker`) fires due times through the firing protocol
-(:mod:`runtime.firing`), the dispatcher (:mod:`runtime.dispatcher`) calls the handler, and
-every process serves the operators' admin service (:mod:`admin.service`) unless
-``ASTRABOX_NATS_ADMIN_SERVICE=0``. docs/architecture.md follows one Run through these files.
+:mod:`jetstream.runlog`) append it conditionally, and answers reads from the history on the
+server merged with what this process knows (:mod:`runtime.reads`). The running parts are
+wired in :meth:`NatsSchedulerProvider.start`: the ticker (:mod:`runtime.ticker`) fires due
+times through the firing protocol (:mod:`runtime.firing`), the dispatcher
+(:mod:`runtime.dispatcher`) calls the handler, and every process serves the operators' admin
+service (:mod:`admin.service`) unless ``ASTRABOX_NATS_ADMIN_SERVICE=0``.
+docs/architecture.md follows one Run through these files.
 """
 
 from __future__ import annotations
