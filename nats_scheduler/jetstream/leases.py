@@ -158,6 +158,10 @@ class Leases:
             return Lease(run_id, key, revision, value), None
         except nats.js.errors.KeyWrongLastSequenceError:
             pass
+        except nats.js.errors.KeyNotFoundError:
+            # nats-py's create read the key after its create failed, and the key was purged
+            # meanwhile (the Run just finished): nothing to take now; a sweep looks again.
+            return None
         except Exception as exc:
             if errors.is_transient(exc):
                 return None
