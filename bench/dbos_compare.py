@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -68,6 +69,8 @@ from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.seam import RunInvocation, Schedule, Trigger
 
 PAUSE_PROBE = "pause-probe"
+DESTROY_UP_TO = 2000
+"""Above this many schedules, ``DBOS.destroy`` is skipped (see :func:`dbos_side`)."""
 MINUTE_CRON = "0 * * * * *"
 """DBOS's cron has six fields, seconds first: second 0 of every minute."""
 
@@ -140,28 +143,36 @@ def dbos_launch(workdir: Path, log_level: str = "WARNING") -> float:
     return time.time()
 
 
-async def dbos_fire(sizes: list[int], figures: DbosFigures, launched: float) -> None:
-    """Stack the schedules size by size; measure each size at the next boundary it can make."""
+async def dbos_fire(sizes: list[int], figures: DbosFigures, launched: float, *,
+                    cleanup: bool) -> None:
+    """Stack the schedules size by size; measure each size at the next boundary it can make.
+
+    ``cleanup``: delete the schedules afterwards (their threads stop at the next poll), so
+    that they do not fire during the phases that follow.
+    """
     have = 0
     for size in sizes:
         await asyncio.to_thread(DBOS.apply_schedules, [
             {"schedule_name": f"cmp-{i:05d}", "workflow_fn": scheduled_run,
              "schedule": MINUTE_CRON, "context": f"dep-{i:05d}"} for i in range(have, size)])
-        have = size
         # The scheduler starts a schedule's thread at its next poll of the table (every
-        # second during the first minute after launch, then every 30 s by default): the
-        # boundary must come after that poll.
+        # second during the first minute after launch, then every 30 s by default), one
+        # thread per schedule: the boundary must come after that poll and those starts.
         fast = time.time() - launched < 50
-        due = next_boundary(time.time() + (3.0 if fast else 32.0))
-        await sleep_until_wall(due)
+        margin = (3.0 if fast else 32.0) + 0.002 * (size - have)
+        have = size
+        due = next_boundary(time.time() + margin)
         due_iso = datetime.fromtimestamp(due, UTC).isoformat()
+        print(f"DBOS: {size:,} schedules due at {due_iso} (pid {os.getpid()})", flush=True)
+        await sleep_until_wall(due)
         await poll(lambda d=due_iso, n=size: handler.per_due[d] >= n, timeout=55.0, interval=0.1)
         figures.lateness[size] = [wall - d for d, wall in list(handler.starts.values())
                                   if d == due]
         figures.missing[size] = size - handler.per_due[due_iso]
     figures.duplicates = handler.extra_starts
-    names = [f"cmp-{i:05d}" for i in range(have)]
-    await asyncio.to_thread(lambda: [DBOS.delete_schedule(n) for n in names])
+    if cleanup:
+        names = [f"cmp-{i:05d}" for i in range(have)]
+        await asyncio.to_thread(lambda: [DBOS.delete_schedule(n) for n in names])
 
 
 async def dbos_run_now(seconds: float) -> EnqueueLike:
@@ -216,13 +227,17 @@ async def dbos_side(sizes: list[int], run_now_seconds: float, pause: bool) -> Db
                 DBOS.create_schedule, schedule_name=PAUSE_PROBE, workflow_fn=scheduled_run,
                 schedule="* * * * * *", context=PAUSE_PROBE)
         if sizes:
-            await dbos_fire(sizes, figures, launched)
+            await dbos_fire(sizes, figures, launched, cleanup=run_now_seconds > 0 or pause)
         if run_now_seconds > 0:
             figures.run_now = await dbos_run_now(run_now_seconds)
         if pause:
             await dbos_pause(figures, launched)
     finally:
-        await asyncio.to_thread(DBOS.destroy)
+        if max(sizes, default=0) <= DESTROY_UP_TO:
+            await asyncio.to_thread(DBOS.destroy)
+        # Else left to the process exit: destroy joins each schedule's thread in turn (5 s
+        # timeout each), which at 10,000 schedules stuck on the connection pool takes many
+        # minutes. Its threads are daemons; the SQLite file is in a temporary directory.
     return figures
 
 
