@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -237,7 +238,8 @@ async def dbos_side(sizes: list[int], run_now_seconds: float, pause: bool) -> Db
             await asyncio.to_thread(DBOS.destroy)
         # Else left to the process exit: destroy joins each schedule's thread in turn (5 s
         # timeout each), which at 10,000 schedules stuck on the connection pool takes many
-        # minutes. Its threads are daemons; the SQLite file is in a temporary directory.
+        # minutes. Its threads are daemons.
+        shutil.rmtree(workdir, ignore_errors=True)
     return figures
 
 

@@ -42,6 +42,7 @@ import argparse
 import asyncio
 import json
 import math
+import shutil
 import sys
 import tempfile
 import time
@@ -580,6 +581,7 @@ async def fire_real(server: NatsServer, count: int, *, replicas: int = 1, bounda
             measured.append(Boundary(due, due_iso, before, after, done_in))
     finally:
         records = [await c.stop() for c in children]
+        shutil.rmtree(workdir, ignore_errors=True)
     result = FiringRun(count, replicas, False, apply_rate, measured,
                        extra_starts=sum(r["extra_starts"] for r in records),
                        stale_fires=sum(r["stale_fires"] for r in records))
