@@ -1,0 +1,867 @@
+"""Firing at scale: N Schedules due in the same minute, against same-run references.
+
+    .venv/bin/python bench/firing.py                      # 10,000 Schedules, 1 replica, real clock
+    .venv/bin/python bench/firing.py --replicas 3         # three provider processes, one server
+    .venv/bin/python bench/firing.py --manual             # in-process ManualClock, no waiting
+    .venv/bin/python bench/firing.py --enqueue            # Run now: 64 callers for 10 s
+    .venv/bin/python bench/firing.py --schedules 500 --boundaries 1 --skip-references
+
+Why this exists: before the firing path is changed to scale (10,000 Schedules due in one minute
+started within 2 s on one replica, replicas sharing the work), the same run must say where
+the time goes and how far the provider is from what the server itself can do.
+
+Firing (default): N ``* * * * *`` Schedules are applied by a loader whose ManualClock never
+moves (so it never fires), then ``--replicas`` provider processes (a child mode of this
+script, real clock, an instant handler that notes when ``start_session`` is called) fire them
+at two consecutive real minute boundaries. Printed per boundary: Runs stored, duplicates (must
+be 0), the lateness of ``start_session`` after the due time (p50/p99/max; the server's
+timestamps of ``run.created`` and ``run.dispatched`` too), stale Schedule reads, and the
+messages stored per Run (stream sequences and message counts before/after), plus the
+client-to-server messages and JetStream API requests per Run from the server's monitoring
+endpoint. ``--manual`` runs one provider in this process with a ManualClock moved to each
+boundary: lateness is then counted from the instant the clock was moved, and a frozen clock
+never makes a Schedule read stale (the real clock does).
+
+References, same run, same server: (a) the raw acknowledged publish rate of N Run-sized
+messages with ``asyncio.gather`` (64 concurrent callers) and with ``publish_async``; (b) the
+server's own message scheduler (ADR-51: stream option ``allow_msg_schedules``, one
+``Nats-Schedule: @at <UTC RFC3339>`` message per Schedule with its ``Nats-Schedule-Target``,
+all due at one instant), with the delivery lateness of the N fired messages.
+
+``--enqueue``: 64 concurrent callers of ``enqueue`` (Run now) for 10 s, then the dispatch of
+those Runs (stored -> DISPATCHED, instant handler), each rate with its ratio to the gathered
+publish rate of the same run.
+
+Nothing is asserted; figures and ratios are printed. ``bench/dbos_compare.py`` imports the
+functions here to print the provider's figures beside DBOS's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import shutil
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import nats
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig, DeliverPolicy, StreamConfig
+
+from nats_scheduler import ManualClock, NatsSchedulerProvider, NatsSettings
+from nats_scheduler.core import runcore
+from nats_scheduler.core.events import RunCreated, RunDispatched, decode_run_event, encode
+from nats_scheduler.names import Names
+from nats_scheduler.natsserver.process import NatsServer
+from nats_scheduler.seam import EnqueueRequest, RunInvocation, RunPayload, Schedule, Trigger
+
+CALLERS = 64
+"""Concurrent callers of the gathered-publish reference and of ``enqueue``."""
+
+BOUNDARY_TIMEOUT = 55.0
+"""Seconds a boundary's Runs may take to be dispatched before the next boundary is due."""
+
+SCRIPT = Path(__file__).resolve()
+"""This file: the child replicas run it with ``--child``."""
+
+PAYLOAD = RunPayload("agent:bench", "summarise the night's incidents")
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+def pct(values: list[float], q: float) -> float:
+    """The q-th percentile (nearest rank); NaN for no values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
+
+
+def spread(values: list[float]) -> str:
+    """p50/p99/max of seconds, printed in milliseconds."""
+    if not values:
+        return "no values"
+    return (f"p50 {pct(values, 50) * 1000:,.0f} ms, p99 {pct(values, 99) * 1000:,.0f} ms, "
+            f"max {max(values) * 1000:,.0f} ms (n={len(values)})")
+
+
+async def poll(check: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
+    """Wait until ``check()`` holds; False when ``timeout`` passed first (never raises)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(interval)
+    return True
+
+
+async def sleep_until_wall(epoch: float) -> None:
+    """Sleep until the wall clock reads ``epoch`` (the loop's clock is monotonic, not wall)."""
+    await asyncio.sleep(max(0.0, epoch - time.time()) + 0.001)
+
+
+def run_sized_payload() -> bytes:
+    """A ``run.created`` as the provider encodes it: the references publish messages this big."""
+    now = datetime.now(UTC)
+    event = runcore.create(run_id="dep-00001@" + now.isoformat(), deployment_id="dep-00001",
+                           trigger=Trigger.SCHEDULE, due_at=now, payload=PAYLOAD, now=now,
+                           actor="bench-host-12345-abcdef")
+    return encode(runcore.indexed(event, 12345))
+
+
+# ----------------------------------------------------------------------------- server counters
+
+
+class CallTally:
+    """What one provider's connection sends, by kind: its round trips to the server.
+
+    Wraps the connection's ``publish``, through which every publish, request and KV
+    operation of nats-py leaves, so the figures say which calls a Run costs.
+    """
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.counts: Counter[str] = Counter()
+
+    def install(self, nc: Client) -> None:
+        original = nc.publish
+
+        async def publish(subject: str, *args: Any, **kwargs: Any) -> None:
+            self.counts[self.kind(subject)] += 1
+            await original(subject, *args, **kwargs)
+
+        nc.publish = publish  # type: ignore[method-assign]
+
+    def kind(self, subject: str) -> str:
+        parts = subject.split(".")
+        if subject.startswith("$JS.API.DIRECT.GET."):
+            return "direct get (" + ("lease" if "_LEASES" in parts[4] else "history") + ")"
+        if subject.startswith("$JS.API."):
+            return "$JS.API." + ".".join(p for p in parts[2:5] if p.isupper() and "_" not in p)
+        if subject.startswith("$KV."):
+            return "lease bucket write ($KV)"
+        if subject.startswith(f"{self.prefix}.run."):
+            return "run event publish"
+        if subject.startswith(f"{self.prefix}.runidx."):
+            return "history index publish"
+        if subject.startswith(f"{self.prefix}.sched."):
+            return "schedule event publish"
+        return "other (acks, flow control, admin)"
+
+
+@dataclass
+class Counters:
+    """What the server holds and has received at one instant."""
+
+    streams: dict[str, tuple[int, int]]
+    """stream -> (messages, last sequence)"""
+    in_msgs: int
+    """Messages clients sent to the server (publishes and requests of every kind)."""
+    calls: Counter[str] = field(default_factory=Counter)
+    """What the provider processes sent, by kind (:class:`CallTally`), summed."""
+
+
+def _varz_in_msgs(http_url: str) -> int:
+    with urllib.request.urlopen(f"{http_url}/varz", timeout=5) as answer:
+        return int(json.loads(answer.read())["in_msgs"])
+
+
+async def counters(js: JetStreamContext, http_url: str, names: Names,
+                   calls: Counter[str] | None = None) -> Counters:
+    """Message counts of the provider's streams and the server's traffic counter."""
+    streams: dict[str, tuple[int, int]] = {}
+    for stream in (names.schedules_stream, names.runs_stream, names.index_stream,
+                   f"KV_{names.leases_bucket}"):
+        info = await js.stream_info(stream)
+        streams[stream] = (info.state.messages, info.state.last_seq)
+    in_msgs = await asyncio.to_thread(_varz_in_msgs, http_url)
+    return Counters(streams, in_msgs, Counter(calls or {}))
+
+
+def per_run_lines(before: Counters, after: Counters, runs: int) -> list[str]:
+    """Writes and retained messages per Run, per stream; then what was sent per Run."""
+    if runs <= 0:
+        return ["  no Runs: nothing per Run"]
+    lines = []
+    for stream, (messages, last) in after.streams.items():
+        was_messages, was_last = before.streams[stream]
+        lines.append(f"  {stream:<22} stored {(last - was_last) / runs:5.2f}/Run "
+                     f"(retained {(messages - was_messages) / runs:5.2f}/Run)")
+    writes = sum(a[1] - before.streams[s][1] for s, a in after.streams.items())
+    lines.append(f"  all streams            stored {writes / runs:5.2f}/Run")
+    lines.append(f"  client->server messages (server's count): "
+                 f"{(after.in_msgs - before.in_msgs) / runs:5.2f}/Run")
+    sent = after.calls - before.calls
+    if sent:
+        kinds = ", ".join(f"{kind} {n / runs:.2f}" for kind, n in sent.most_common())
+        lines.append(f"  sent by the provider(s): {sum(sent.values()) / runs:5.2f}/Run: {kinds}")
+    return lines
+
+
+# ----------------------------------------------------------------------------- references
+
+
+@dataclass
+class PublishRates:
+    gathered: float
+    """Acknowledged publishes/s, ``CALLERS`` concurrent callers awaiting ``js.publish``."""
+    publish_async: float
+    """Acknowledged publishes/s with ``publish_async`` then ``publish_async_completed``."""
+    payload_bytes: int
+
+
+async def publish_rates(nc: Client, count: int) -> PublishRates:
+    """The server's raw acknowledged-publish rate for Run-sized messages, two ways."""
+    js = nc.jetstream(timeout=30)
+    payload = run_sized_payload()
+    await js.add_stream(StreamConfig(name="REF_PUB", subjects=["refpub.>"]))
+
+    async def caller(worker: int) -> None:
+        for i in range(worker, count, CALLERS):
+            await js.publish(f"refpub.g.{i}", payload)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(caller(w) for w in range(CALLERS)))
+    gathered = count / (time.perf_counter() - began)
+
+    began = time.perf_counter()
+    acks = [await js.publish_async(f"refpub.a.{i}", payload) for i in range(count)]
+    await js.publish_async_completed()
+    elapsed = time.perf_counter() - began
+    failed = sum(1 for ack in acks if ack.exception() is not None)
+    if failed:
+        print(f"  publish_async: {failed} of {count} publishes failed")
+    await js.delete_stream("REF_PUB")
+    return PublishRates(gathered, count / elapsed, len(payload))
+
+
+@dataclass
+class ServerSchedules:
+    """The server's own message scheduler firing N one-shot schedules due at one instant."""
+
+    stored_rate: float
+    """Schedule messages stored per second (``publish_async``)."""
+    fired: int
+    received_late: list[float] = field(default_factory=list)
+    """Seconds from the due instant to this client receiving each fired message."""
+    stored_late: list[float] = field(default_factory=list)
+    """Seconds from the due instant to the server's timestamp of each fired message."""
+    left_in_stream: int = 0
+
+
+async def server_schedules(nc: Client, count: int, lead: float) -> ServerSchedules:
+    """ADR-51 reference: N ``@at`` schedules due together, delivery lateness of what fires.
+
+    Each schedule is its own subject (``refsched.<i>``) targeting ``reffired.<i>`` in the same
+    stream: the server refuses a schedule without a target, or whose target is its own
+    subject or outside the stream (error 10190, "message schedules target is invalid").
+    ``lead`` seconds are left for storing the N schedules before they are due.
+    """
+    js = nc.jetstream(timeout=30)
+    await js.add_stream(StreamConfig(name="REF_SCHED", subjects=["refsched.>", "reffired.>"],
+                                     allow_msg_schedules=True))
+    due = math.ceil(time.time() + lead)
+    at = datetime.fromtimestamp(due, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    got: list[tuple[float, float]] = []
+
+    async def on_fired(msg: Any) -> None:
+        got.append((time.time(), msg.metadata.timestamp.timestamp()))
+
+    sub = await js.subscribe("reffired.>", stream="REF_SCHED", cb=on_fired,
+                             ordered_consumer=True, deliver_policy=DeliverPolicy.NEW)
+    began = time.perf_counter()
+    acks = [await js.publish_async(f"refsched.{i}", b"tick", headers={
+        "Nats-Schedule": f"@at {at}", "Nats-Schedule-Target": f"reffired.{i}"})
+        for i in range(count)]
+    await js.publish_async_completed()
+    stored_rate = count / (time.perf_counter() - began)
+    refused = [ack.exception() for ack in acks if ack.exception() is not None]
+    if refused:
+        print(f"  server schedules: {len(refused)} refused, e.g. {refused[0]}")
+    if time.time() > due:
+        print("  server schedules: storing them took longer than the lead; lateness is inflated")
+    await poll(lambda: len(got) >= count - len(refused), timeout=max(30.0, due - time.time() + 30))
+    await sub.unsubscribe()
+    left = (await js.stream_info("REF_SCHED")).state.messages
+    await js.delete_stream("REF_SCHED")
+    return ServerSchedules(stored_rate, len(got), [r - due for r, _ in got],
+                           [s - due for _, s in got], left)
+
+
+@dataclass
+class References:
+    rates: PublishRates
+    schedules: ServerSchedules | None
+
+
+async def references(url: str, count: int, *, with_schedules: bool = True) -> References:
+    nc = await nats.connect(url)
+    try:
+        rates = await publish_rates(nc, count)
+        sched = None
+        if with_schedules:
+            lead = 2.0 + 2 * count / rates.publish_async
+            sched = await server_schedules(nc, count, lead)
+        return References(rates, sched)
+    finally:
+        await nc.close()
+
+
+def print_references(refs: References, count: int) -> None:
+    rates = refs.rates
+    print(f"reference (a): {count:,} acknowledged publishes of {rates.payload_bytes} B: "
+          f"gathered ({CALLERS} callers) {rates.gathered:,.0f}/s, "
+          f"publish_async {rates.publish_async:,.0f}/s")
+    sched = refs.schedules
+    if sched is None:
+        return
+    print(f"reference (b): server message scheduler (ADR-51 '@at'), {count:,} one-shot "
+          f"schedules due at one instant: stored at {sched.stored_rate:,.0f}/s; "
+          f"{sched.fired:,} fired; {sched.left_in_stream:,} messages left in the stream "
+          "(the fired ones: a one-shot schedule is removed when it fires)")
+    print(f"  delivery lateness after the due instant: {spread(sched.received_late)}")
+    print(f"  server timestamp of the fired message:   {spread(sched.stored_late)}")
+
+
+# ----------------------------------------------------------------------------- the handler
+
+
+class InstantHandler:
+    """AstraBox's side, answering at once; notes the wall time of each first ``start_session``.
+
+    Idempotent on the Run ID like AstraBox. ``extra_starts`` counts repeated ``start_session``
+    calls of one Run in this process (a retry or a duplicate dispatch).
+    """
+
+    def __init__(self) -> None:
+        self.starts: dict[str, tuple[float | None, float]] = {}
+        """run_id -> (due time as epoch seconds or None, wall time of the first call)"""
+        self.per_due: Counter[str] = Counter()
+        """due time (ISO) -> Runs started, kept as they start (progress reports read it)"""
+        self.extra_starts = 0
+        self.admitted = 0
+
+    async def start_session(self, invocation: RunInvocation) -> str:
+        if invocation.run_id in self.starts:
+            self.extra_starts += 1
+        else:
+            due_at = invocation.due_at
+            self.starts[invocation.run_id] = (due_at.timestamp() if due_at else None,
+                                              time.time())
+            if due_at is not None:
+                self.per_due[due_at.isoformat()] += 1
+        return f"sess-{invocation.run_id}"
+
+    async def admit_turn(self, invocation: RunInvocation) -> str:
+        self.admitted += 1
+        return f"turn-{invocation.run_id}"
+
+
+def settings_for(url: str, prefix: str, count: int, **extra: Any) -> NatsSettings:
+    return NatsSettings(url=url, prefix=prefix, max_active_schedules=max(count, 1), **extra)
+
+
+def minute_schedule(i: int, *, enabled: bool = True, cron: str = "* * * * *") -> Schedule:
+    dep = f"dep-{i:05d}"
+    return Schedule(dep, dep, cron, "UTC", enabled, PAYLOAD, 1)
+
+
+async def apply_all(provider: NatsSchedulerProvider, schedules: list[Schedule]) -> float:
+    """Apply the Schedules with ``CALLERS`` concurrent callers; returns applies per second."""
+    limit = asyncio.Semaphore(CALLERS)
+
+    async def one(schedule: Schedule) -> None:
+        async with limit:
+            await provider.apply(schedule)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(one(s) for s in schedules))
+    return len(schedules) / max(time.perf_counter() - began, 1e-9)
+
+
+async def load_schedules(url: str, prefix: str, schedules: list[Schedule]) -> float:
+    """Store Schedules with a provider whose ManualClock never moves, so it never fires them."""
+    provider = NatsSchedulerProvider(
+        settings_for(url, prefix, len(schedules), admin_service=False),
+        clock=ManualClock(datetime.now(UTC)))
+    provider.configure()
+    await provider.start(InstantHandler())
+    try:
+        return await apply_all(provider, schedules)
+    finally:
+        await provider.stop()
+
+
+# ----------------------------------------------------------------------------- child replica
+
+
+class CountingProvider(NatsSchedulerProvider):
+    """The provider, counting the due times its ticker fired (every replica fires each one)."""
+
+    def __init__(self, settings: NatsSettings) -> None:
+        super().__init__(settings)
+        self.fired: Counter[str] = Counter()
+
+    async def fire_due(self, deployment_id: str, due_at: datetime) -> Any:
+        try:
+            return await super().fire_due(deployment_id, due_at)
+        finally:
+            self.fired[due_at.isoformat()] += 1
+
+
+def pending_tasks(provider: NatsSchedulerProvider) -> int:
+    """Dispatch tasks still alive, lease release included (a bench may look inside)."""
+    dispatcher = provider.dispatcher
+    return 0 if dispatcher is None else len(dispatcher._tasks)
+
+
+async def child_main(url: str, prefix: str, count: int, out: Path) -> None:
+    """One replica: fire and dispatch until stdin closes, printing progress as JSON lines."""
+    provider = CountingProvider(settings_for(url, prefix, count))
+    handler = InstantHandler()
+    provider.configure()
+    await provider.start(handler)
+    tally = CallTally(prefix)
+    tally.install(provider.store.nc)
+    print(json.dumps({"ready": provider.identity}), flush=True)
+
+    async def report() -> None:
+        while True:
+            print(json.dumps({"fired": provider.fired, "started": handler.per_due,
+                              "calls": tally.counts,
+                              "unfinished": len(provider.ledger.unfinished()),
+                              "tasks": pending_tasks(provider)}), flush=True)
+            await asyncio.sleep(0.25)
+
+    reporter = asyncio.create_task(report())
+    await asyncio.to_thread(sys.stdin.read)  # until the parent closes our stdin
+    reporter.cancel()
+    stale = provider.stale_fires
+    await provider.stop()
+    record = json.dumps({"identity": provider.identity, "stale_fires": stale,
+                         "extra_starts": handler.extra_starts,
+                         "starts": list(handler.starts.items())})
+    await asyncio.to_thread(out.write_text, record)
+    print(json.dumps({"stopped": True}), flush=True)
+
+
+class Child:
+    """A child replica process and the last progress line it printed."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, out: Path) -> None:
+        self.proc = proc
+        self.out = out
+        self.progress: dict[str, Any] = {}
+        self.ready = asyncio.Event()
+        self._reader = asyncio.create_task(self._read())
+
+    @classmethod
+    async def spawn(cls, url: str, prefix: str, count: int, out: Path) -> Child:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(SCRIPT), "--child", "--url", url,
+            "--prefix", prefix, "--schedules", str(count), "--out", str(out),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        return cls(proc, out)
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None
+        async for line in self.proc.stdout:
+            data = json.loads(line)
+            if "ready" in data:
+                self.ready.set()
+            elif "fired" in data:
+                self.progress = data
+
+    def fired(self, due: str) -> int:
+        return int(self.progress.get("fired", {}).get(due, 0))
+
+    def started(self, due: str) -> int:
+        return int(self.progress.get("started", {}).get(due, 0))
+
+    def calls(self) -> Counter[str]:
+        return Counter(self.progress.get("calls", {}))
+
+    def idle(self) -> bool:
+        return self.progress.get("unfinished") == 0 and self.progress.get("tasks") == 0
+
+    async def stop(self) -> dict[str, Any]:
+        """Close stdin (the child stops its provider), wait, return what it recorded."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            await asyncio.wait_for(self.proc.wait(), 60)
+        except TimeoutError:
+            self.proc.kill()  # our own child, by its handle
+            await self.proc.wait()
+        await self._reader
+        return await asyncio.to_thread(self._recorded)
+
+    def _recorded(self) -> dict[str, Any]:
+        if not self.out.exists():  # the child died before writing it
+            return {"identity": "?", "stale_fires": 0, "extra_starts": 0, "starts": []}
+        data: dict[str, Any] = json.loads(self.out.read_text())
+        return data
+
+
+# ----------------------------------------------------------------------------- firing runs
+
+
+@dataclass
+class Boundary:
+    """One due time: what the store and the handler saw of it."""
+
+    due: float
+    """The due instant (real mode), or the wall time the ManualClock was moved to it."""
+    due_iso: str
+    before: Counters
+    after: Counters
+    done_in: float | None
+    """Seconds from the due instant until every Run was dispatched (None: not in time)."""
+    starts: list[float] = field(default_factory=list)
+    """Lateness of each Run's first ``start_session``, seconds."""
+    created: int = 0
+    duplicate_runs: int = 0
+    created_late: list[float] = field(default_factory=list)
+    dispatched_late: list[float] = field(default_factory=list)
+
+
+@dataclass
+class FiringRun:
+    count: int
+    replicas: int
+    manual: bool
+    apply_rate: float
+    boundaries: list[Boundary]
+    extra_starts: int = 0
+    stale_fires: int = 0
+
+
+def next_boundary(after: float) -> float:
+    return (math.floor(after / 60) + 1) * 60.0
+
+
+async def fire_real(server: NatsServer, count: int, *, replicas: int = 1, boundaries: int = 2,
+                    prefix: str = "FIRE") -> FiringRun:
+    """N ``* * * * *`` Schedules fired by ``replicas`` processes at real minute boundaries."""
+    names = Names(prefix)
+    apply_rate = await load_schedules(server.url, prefix,
+                                      [minute_schedule(i) for i in range(count)])
+    workdir = Path(tempfile.mkdtemp(prefix="firing-"))
+    children = [await Child.spawn(server.url, prefix, count, workdir / f"child{r}.json")
+                for r in range(replicas)]
+    nc = await nats.connect(server.url)
+    js = nc.jetstream(timeout=30)
+    measured: list[Boundary] = []
+    try:
+        await asyncio.wait_for(asyncio.gather(*(c.ready.wait() for c in children)), 60)
+        first = next_boundary(time.time() + 2.0)
+        for k in range(boundaries):
+            due = first + 60 * k
+            due_iso = datetime.fromtimestamp(due, UTC).isoformat()
+            await sleep_until_wall(due - 1.5)
+            before = await counters(js, server.http_url, names, _calls(children))
+            await sleep_until_wall(due)
+            done = await poll(lambda d=due_iso: _children_done(children, d, count),
+                              BOUNDARY_TIMEOUT, interval=0.1)
+            done_in = time.time() - due if done else None
+            await asyncio.sleep(0.3)  # one more progress line: the children's final tallies
+            after = await counters(js, server.http_url, names, _calls(children))
+            measured.append(Boundary(due, due_iso, before, after, done_in))
+    finally:
+        records = [await c.stop() for c in children]
+        shutil.rmtree(workdir, ignore_errors=True)
+    result = FiringRun(count, replicas, False, apply_rate, measured,
+                       extra_starts=sum(r["extra_starts"] for r in records),
+                       stale_fires=sum(r["stale_fires"] for r in records))
+    _attribute_starts(result, records)
+    await _scan_runs(js, names, result)
+    await nc.close()
+    return result
+
+
+def _calls(children: list[Child]) -> Counter[str]:
+    return sum((c.calls() for c in children), Counter())
+
+
+def _children_done(children: list[Child], due_iso: str, count: int) -> bool:
+    return (all(c.fired(due_iso) >= count for c in children)
+            and sum(c.started(due_iso) for c in children) >= count
+            and all(c.idle() for c in children))
+
+
+def _attribute_starts(result: FiringRun, records: list[dict[str, Any]]) -> None:
+    """Each boundary's start_session lateness; a Run started in two processes is a duplicate."""
+    seen: Counter[str] = Counter()
+    by_due = {b.due: b for b in result.boundaries}
+    for record in records:
+        for run_id, (due, wall) in record["starts"]:
+            seen[run_id] += 1
+            boundary = by_due.get(due)
+            if boundary is not None and seen[run_id] == 1:
+                boundary.starts.append(wall - due)
+    result.extra_starts += sum(n - 1 for n in seen.values() if n > 1)
+
+
+async def fire_manual(server: NatsServer, count: int, *, boundaries: int = 2,
+                      prefix: str = "FIREM") -> FiringRun:
+    """One in-process provider whose ManualClock is moved to each boundary.
+
+    Lateness is counted from the instant the clock was moved; with the clock frozen there,
+    a Schedule read never ages, so no fire is ever retried as stale.
+    """
+    names = Names(prefix)
+    clock = ManualClock(datetime(2030, 6, 1, 12, 0, 30, tzinfo=UTC))
+    provider = NatsSchedulerProvider(settings_for(server.url, prefix, count), clock=clock)
+    handler = InstantHandler()
+    provider.configure()
+    await provider.start(handler)
+    tally = CallTally(prefix)
+    tally.install(provider.store.nc)
+    nc = await nats.connect(server.url)
+    js = nc.jetstream(timeout=30)
+    measured: list[Boundary] = []
+    try:
+        apply_rate = await apply_all(provider, [minute_schedule(i) for i in range(count)])
+        ticker = provider.ticker
+        assert ticker is not None
+        for k in range(boundaries):
+            due_at = datetime(2030, 6, 1, 12, 1 + k, tzinfo=UTC)
+            before = await counters(js, server.http_url, names, tally.counts)
+            fired_before, origin = ticker.fired, time.time()
+            clock.set(due_at)
+            done = await poll(lambda f=fired_before: ticker.fired >= f + count
+                              and not provider.ledger.unfinished()
+                              and pending_tasks(provider) == 0,
+                              BOUNDARY_TIMEOUT, interval=0.05)
+            done_in = time.time() - origin if done else None
+            after = await counters(js, server.http_url, names, tally.counts)
+            boundary = Boundary(origin, due_at.isoformat(), before, after, done_in)
+            boundary.starts = [wall - origin for due, wall in handler.starts.values()
+                               if due == due_at.timestamp()]
+            measured.append(boundary)
+        result = FiringRun(count, 1, True, apply_rate, measured,
+                           extra_starts=handler.extra_starts, stale_fires=provider.stale_fires)
+    finally:
+        await provider.stop()
+    await _scan_runs(js, names, result)
+    await nc.close()
+    return result
+
+
+async def _scan_runs(js: JetStreamContext, names: Names, result: FiringRun) -> None:
+    """Read the Run events stored from the first boundary on: counts, duplicates, timestamps.
+
+    Read after the boundaries, so the reading costs the provider nothing while it fires.
+    """
+    if not result.boundaries:
+        return
+    first_seq = result.boundaries[0].before.streams[names.runs_stream][1] + 1
+    last_seq = result.boundaries[-1].after.streams[names.runs_stream][1]
+    by_iso = {b.due_iso: b for b in result.boundaries}
+    per_due_time: Counter[tuple[str, str]] = Counter()
+    seen = 0
+
+    async def on_msg(msg: Any) -> None:
+        nonlocal seen
+        seen += 1
+        event = decode_run_event(msg.data)
+        run = event.run
+        boundary = by_iso.get(run.due_at.isoformat()) if run.due_at else None
+        if boundary is None:
+            return
+        stored = msg.metadata.timestamp.timestamp()
+        if isinstance(event, RunCreated):
+            boundary.created += 1
+            per_due_time[(run.deployment_id, boundary.due_iso)] += 1
+            boundary.created_late.append(stored - boundary.due)
+        elif isinstance(event, RunDispatched):
+            boundary.dispatched_late.append(stored - boundary.due)
+
+    if last_seq >= first_seq:
+        sub = await js.subscribe(names.runs_filter, stream=names.runs_stream, cb=on_msg,
+                                 ordered_consumer=True,
+                                 deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                                 config=ConsumerConfig(opt_start_seq=first_seq))
+        await poll(lambda: seen >= last_seq - first_seq + 1, timeout=120)
+        await sub.unsubscribe()
+    for (_, due_iso), n in per_due_time.items():
+        if n > 1:
+            by_iso[due_iso].duplicate_runs += n - 1
+
+
+def print_firing(result: FiringRun, refs: References | None) -> None:
+    mode = "ManualClock, in-process" if result.manual else "real clock"
+    print(f"\nfiring: {result.count:,} '* * * * *' Schedules, {result.replicas} replica(s), "
+          f"{mode}; applied at {result.apply_rate:,.0f}/s")
+    for n, b in enumerate(result.boundaries, 1):
+        print(f" boundary {n} ({b.due_iso}): Runs stored {b.created:,} of {result.count:,}; "
+              f"duplicate Runs {b.duplicate_runs}; first start_session calls {len(b.starts):,}")
+        done = "not within the bound" if b.done_in is None else f"{b.done_in:.2f} s"
+        print(f"  all dispatched (and leases released) after the due time: {done}")
+        print(f"  start_session lateness:        {spread(b.starts)}")
+        print(f"  run.created stored lateness:   {spread(b.created_late)}")
+        print(f"  run.dispatched stored lateness: {spread(b.dispatched_late)}")
+        if b.starts and refs is not None:
+            runs_per_s = len(b.starts) / max(max(b.starts), 1e-9)
+            print(f"  Runs started per second up to the last: {runs_per_s:,.0f}/s = "
+                  f"{runs_per_s / refs.rates.gathered:.3f}x the gathered publish rate")
+        print("\n".join(per_run_lines(b.before, b.after, b.created)))
+    print(f" repeated start_session calls (duplicates, must be 0): {result.extra_starts}; "
+          f"stale Schedule reads redone: {result.stale_fires}")
+
+
+# ----------------------------------------------------------------------------- Run now
+
+
+@dataclass
+class EnqueueRun:
+    seconds: float
+    enqueued: int
+    errors: int
+    dispatched_in: float | None
+    """Seconds from the first enqueue until every Run was dispatched (None: not in time)."""
+    to_start: list[float]
+    """Seconds from ``enqueue`` returning to the Run's ``start_session``."""
+    before: Counters
+    after: Counters
+
+    @property
+    def enqueue_rate(self) -> float:
+        return self.enqueued / self.seconds
+
+    @property
+    def dispatch_rate(self) -> float | None:
+        return None if self.dispatched_in is None else self.enqueued / self.dispatched_in
+
+
+async def enqueue_run(server: NatsServer, *, seconds: float = 10.0,
+                      prefix: str = "ENQ") -> EnqueueRun:
+    """``CALLERS`` concurrent callers of ``enqueue`` (Run now) for ``seconds``, then the drain."""
+    names = Names(prefix)
+    provider = NatsSchedulerProvider(settings_for(server.url, prefix, CALLERS))
+    handler = InstantHandler()
+    provider.configure()
+    await provider.start(handler)
+    tally = CallTally(prefix)
+    tally.install(provider.store.nc)
+    nc = await nats.connect(server.url)
+    js = nc.jetstream(timeout=30)
+    try:
+        await apply_all(provider, [minute_schedule(i, enabled=False) for i in range(CALLERS)])
+        before = await counters(js, server.http_url, names, tally.counts)
+        returned: dict[str, float] = {}
+        errors = 0
+        began, wall = time.perf_counter(), time.time()
+
+        async def caller(i: int) -> None:
+            nonlocal errors
+            request = EnqueueRequest(f"dep-{i:05d}", Trigger.RUN_NOW)
+            while time.perf_counter() - began < seconds:
+                try:
+                    run = await provider.enqueue(request)
+                    returned[run.run_id] = time.time()
+                except Exception:
+                    errors += 1
+
+        await asyncio.gather(*(caller(i) for i in range(CALLERS)))
+        elapsed = time.perf_counter() - began
+        done = await poll(lambda: handler.admitted >= len(returned)
+                          and not provider.ledger.unfinished()
+                          and pending_tasks(provider) == 0, timeout=120)
+        dispatched_in = time.time() - wall if done else None
+        after = await counters(js, server.http_url, names, tally.counts)
+        to_start = [handler.starts[r][1] - t for r, t in returned.items() if r in handler.starts]
+        return EnqueueRun(elapsed, len(returned), errors, dispatched_in, to_start, before, after)
+    finally:
+        await provider.stop()
+        await nc.close()
+
+
+def print_enqueue(result: EnqueueRun, refs: References) -> None:
+    gathered = refs.rates.gathered
+    print(f"\nRun now: {CALLERS} concurrent callers of enqueue for {result.seconds:.1f} s: "
+          f"{result.enqueued:,} Runs ({result.errors} errors)")
+    print(f"  enqueue: {result.enqueue_rate:,.0f} Runs/s = "
+          f"{result.enqueue_rate / gathered:.3f}x the gathered publish rate ({gathered:,.0f}/s)")
+    rate = result.dispatch_rate
+    if rate is None:
+        print("  dispatch: not every Run was dispatched within 120 s")
+    else:
+        print(f"  dispatch (stored -> DISPATCHED, from the first enqueue to the last dispatched): "
+              f"{rate:,.0f} Runs/s = {rate / gathered:.3f}x the gathered publish rate")
+    print(f"  enqueue returned -> start_session: {spread(result.to_start)}")
+    print("\n".join(per_run_lines(result.before, result.after, result.enqueued)))
+
+
+# ----------------------------------------------------------------------------- main
+
+
+async def with_server(body: Callable[[NatsServer], Awaitable[None]]) -> None:
+    with tempfile.TemporaryDirectory() as tmp, NatsServer(tmp).start() as server:
+        await body(server)
+
+
+async def main(args: argparse.Namespace) -> None:
+    async def body(server: NatsServer) -> None:
+        refs = None
+        if not args.skip_references:
+            refs = await references(server.url, args.schedules,
+                                    with_schedules=not args.enqueue)
+            print_references(refs, args.schedules)
+        if args.enqueue:
+            refs = refs or await references(server.url, args.schedules, with_schedules=False)
+            print_enqueue(await enqueue_run(server, seconds=args.seconds), refs)
+            return
+        if args.manual:
+            result = await fire_manual(server, args.schedules, boundaries=args.boundaries)
+            print_firing(result, refs)
+        else:
+            result = await fire_real(server, args.schedules, replicas=args.replicas,
+                                     boundaries=args.boundaries)
+            print_firing(result, refs)
+
+    await with_server(body)
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--schedules", type=int, default=10_000)
+    parser.add_argument("--replicas", type=int, default=1)
+    parser.add_argument("--boundaries", type=int, default=2)
+    parser.add_argument("--manual", action="store_true",
+                        help="one in-process provider on a ManualClock (no waiting)")
+    parser.add_argument("--enqueue", action="store_true",
+                        help=f"{CALLERS} callers of enqueue (Run now) instead of firing")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of --enqueue")
+    parser.add_argument("--skip-references", action="store_true")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--prefix", help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.manual and args.replicas != 1:
+        parser.error("--manual runs one in-process provider: it cannot be combined with "
+                     "--replicas (real processes cannot share a ManualClock)")
+    return args
+
+
+if __name__ == "__main__":
+    arguments = parse()
+    if arguments.child:
+        asyncio.run(child_main(arguments.url, arguments.prefix, arguments.schedules,
+                               arguments.out))
+    else:
+        asyncio.run(main(arguments))
