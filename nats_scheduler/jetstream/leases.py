@@ -27,9 +27,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import Enum
+from typing import TypeVar
 
 import msgspec
 import nats.errors
@@ -72,6 +74,33 @@ FREE = ""
 
 CLOSED_MARKER_TTL = 10.0
 """Seconds the purge marker of a finished Run's key lives; then the key is gone entirely."""
+
+
+T = TypeVar("T")
+
+
+class _Miss(Enum):
+    """Why a lease operation on the bucket has no result."""
+
+    EXISTS = "the key exists or moved on (a create or a compare-and-set lost)"
+    GONE = "the key vanished (purged as its Run finished)"
+    BUSY = "the store is struggling (a transient failure)"
+
+
+async def _attempt(call: Awaitable[T]) -> T | _Miss:
+    """``call``'s result, or why there is none; other failures are raised."""
+    try:
+        return await call
+    except nats.js.errors.KeyWrongLastSequenceError:
+        return _Miss.EXISTS
+    except nats.js.errors.KeyNotFoundError:
+        # nats-py's create reads the key after its create failed; a key purged meanwhile
+        # (its Run just finished) or a read missed during a leader election lands here.
+        return _Miss.GONE
+    except Exception as exc:
+        if errors.is_transient(exc):
+            return _Miss.BUSY
+        raise
 
 
 class Leases:
@@ -151,38 +180,23 @@ class Leases:
         holds it or won the race. Transient store trouble also returns None: the sweep tries
         again later.
         """
-        key = self._key(run_id)
-        value = self._value(run_id)
-        try:
-            revision = await self._kv.create(key, _encode(value))
-            return Lease(run_id, key, revision, value), None
-        except nats.js.errors.KeyWrongLastSequenceError:
-            pass
-        except nats.js.errors.KeyNotFoundError:
-            # nats-py's create read the key after its create failed, and the key was purged
-            # meanwhile (the Run just finished): nothing to take now; a sweep looks again.
+        key, value = self._key(run_id), self._value(run_id)
+        created = await _attempt(self._kv.create(key, _encode(value)))
+        if isinstance(created, int):
+            return Lease(run_id, key, created, value), None
+        if created is not _Miss.EXISTS:
             return None
-        except Exception as exc:
-            if errors.is_transient(exc):
-                return None
-            raise
-        try:
-            current = await self.current(run_id)
-            if current is None:
-                # Deleted between our create and our read: the next sweep takes it.
-                return None
-            revision, held = current
-            if held.holder != self.identity and not self.expired(held):
-                return None
-            new_revision = await self._kv.update(key, _encode(value), last=revision)
-        except nats.js.errors.KeyWrongLastSequenceError:
+        current = await _attempt(self.current(run_id))
+        if not isinstance(current, tuple):
+            return None  # gone between our create and our read: the next sweep takes it
+        revision, held = current
+        if held.holder != self.identity and not self.expired(held):
             return None
-        except Exception as exc:
-            if errors.is_transient(exc):
-                return None
-            raise
+        updated = await _attempt(self._kv.update(key, _encode(value), last=revision))
+        if not isinstance(updated, int):
+            return None
         previous = held.holder if held.holder != self.identity else None
-        return Lease(run_id, key, new_revision, value), previous
+        return Lease(run_id, key, updated, value), previous
 
     async def renew(self, lease: Lease) -> Lease | None:
         """Extend the lease; None when it was lost (someone else's CAS won)."""
