@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 
 A = TypeVar("A")
 
+CLOSE_SECONDS = 2.0
+"""How long closing an event feed may wait for the server before it lets go."""
+
 _encoder = msgspec.json.Encoder()
 
 
@@ -380,7 +383,12 @@ class EventFeed:
                 yield event
 
     async def close(self) -> None:
+        """Unsubscribe every source, within ``CLOSE_SECONDS`` in all.
+
+        Unsubscribing an ephemeral consumer asks the server to delete it and waits for the
+        answer; a slow server must not hold up a Ctrl+C (the consumers expire by themselves).
+        """
         subs, self._subs = self._subs, []
-        for sub in subs:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*(sub.unsubscribe() for sub in subs),
+                                                  return_exceptions=True), CLOSE_SECONDS)
