@@ -173,12 +173,19 @@ async def test_an_unreachable_server_is_a_clean_unavailable(capsys: pytest.Captu
     assert_clean(err)
 
 
+def _default_sigint() -> None:
+    # A test run started in the background by a non-interactive shell (a CI runner, `nohup
+    # ... &`) ignores SIGINT, and a child inherits that; Python then installs no Ctrl+C
+    # handler. Give the child the disposition of a terminal's foreground process.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _spawn_cli(cli: Cli, *argv: str) -> subprocess.Popen[str]:
     env = {**os.environ, "ASTRABOX_NATS_URL": cli.url, "ASTRABOX_NATS_PREFIX": cli.prefix}
     return subprocess.Popen(
         [sys.executable, "-m", "nats_scheduler.cli.main", *argv],
         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+        text=True, preexec_fn=_default_sigint)
 
 
 async def test_events_follow_prints_new_events_until_ctrl_c(cli: Cli) -> None:
