@@ -42,6 +42,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import shutil
 import sys
 import tempfile
@@ -133,13 +134,19 @@ class CallTally:
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
-        self.counts: Counter[str] = Counter()
+        self.subjects: list[str] = []
+        """Every subject published to, classified only when read (cheap while measuring)."""
+
+    @property
+    def counts(self) -> Counter[str]:
+        return Counter(self.kind(subject) for subject in self.subjects)
 
     def install(self, nc: Client) -> None:
         original = nc.publish
+        note = self.subjects.append
 
         async def publish(subject: str, *args: Any, **kwargs: Any) -> None:
-            self.counts[self.kind(subject)] += 1
+            note(subject)
             await original(subject, *args, **kwargs)
 
         nc.publish = publish  # type: ignore[method-assign]
@@ -535,6 +542,8 @@ class Boundary:
     duplicate_runs: int = 0
     created_late: list[float] = field(default_factory=list)
     dispatched_late: list[float] = field(default_factory=list)
+    cpu: tuple[float, float] | None = None
+    """CPU seconds used by (the provider process, the server) over ``done_in`` (--manual)."""
 
 
 @dataclass
@@ -546,6 +555,15 @@ class FiringRun:
     boundaries: list[Boundary]
     extra_starts: int = 0
     stale_fires: int = 0
+
+
+def server_cpu(server: NatsServer) -> float:
+    """CPU seconds the server process has used so far (user + system, from /proc)."""
+    try:
+        fields = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def next_boundary(after: float) -> float:
@@ -640,6 +658,7 @@ async def fire_manual(server: NatsServer, count: int, *, boundaries: int = 2,
             due_at = datetime(2030, 6, 1, 12, 1 + k, tzinfo=UTC)
             before = await counters(js, server.http_url, names, tally.counts)
             fired_before, origin = ticker.fired, time.time()
+            cpu_before = (time.process_time(), server_cpu(server))
             clock.set(due_at)
             done = await poll(lambda f=fired_before: ticker.fired >= f + count
                               and not provider.ledger.unfinished()
@@ -648,6 +667,8 @@ async def fire_manual(server: NatsServer, count: int, *, boundaries: int = 2,
             done_in = time.time() - origin if done else None
             after = await counters(js, server.http_url, names, tally.counts)
             boundary = Boundary(origin, due_at.isoformat(), before, after, done_in)
+            boundary.cpu = (time.process_time() - cpu_before[0],
+                            server_cpu(server) - cpu_before[1])
             boundary.starts = [wall - origin for due, wall in handler.starts.values()
                                if due == due_at.timestamp()]
             measured.append(boundary)
@@ -710,6 +731,11 @@ def print_firing(result: FiringRun, refs: References | None) -> None:
               f"duplicate Runs {b.duplicate_runs}; first start_session calls {len(b.starts):,}")
         done = "not within the bound" if b.done_in is None else f"{b.done_in:.2f} s"
         print(f"  all dispatched (and leases released) after the due time: {done}")
+        if b.cpu is not None and b.done_in:
+            print(f"  CPU over that time: provider process {b.cpu[0]:.2f} s "
+                  f"({b.cpu[0] / b.done_in:.0%} of one core, "
+                  f"{b.cpu[0] / max(b.created, 1) * 1e6:,.0f} us per Run), "
+                  f"nats-server {b.cpu[1]:.2f} s ({b.cpu[1] / b.done_in:.0%})")
         print(f"  start_session lateness:        {spread(b.starts)}")
         print(f"  run.created stored lateness:   {spread(b.created_late)}")
         print(f"  run.dispatched stored lateness: {spread(b.dispatched_late)}")

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import os
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,6 +33,7 @@ HDR_EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
 SERVICE_NAME = "astrabox-scheduler"
 
 _SAFE_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_SAFE_TEXT = re.compile(r"[A-Za-z0-9_-]+")
 MAX_ID_LENGTH = 255
 
 
@@ -46,6 +49,8 @@ def token(value: str) -> str:
         raise ValueError("an ID must not be empty")
     if len(value) > MAX_ID_LENGTH:
         raise ValueError(f"an ID must be at most {MAX_ID_LENGTH} characters")
+    if _SAFE_TEXT.fullmatch(value):
+        return value  # the usual case, and a Run ID always: nothing to escape
     try:
         raw = value.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -55,6 +60,8 @@ def token(value: str) -> str:
 
 def untoken(tok: str) -> str:
     """The inverse of :func:`token`."""
+    if "%" not in tok:
+        return tok
     out = bytearray()
     i = 0
     while i < len(tok):
@@ -123,14 +130,25 @@ def enqueued_create_msg_id(run_id: str) -> str:
     return f"{run_id}:0"
 
 
+_WRITER_NONCE = secrets.token_hex(6)
+"""This process's part of its decisions' Msg-Ids: unique per process, drawn once."""
+
+_decisions = itertools.count(1)
+
+
+def _decision() -> str:
+    """A nonce unique to one decision of this process (cheaper than a random draw each)."""
+    return f"{_WRITER_NONCE}{next(_decisions):x}"
+
+
 def run_event_msg_id(run_id: str, expected_seq: int) -> str:
     """Msg-Id of a later event of a Run, appended on ``expected_seq``."""
-    return f"{run_id}:{expected_seq}:{secrets.token_hex(6)}"
+    return f"{run_id}:{expected_seq}:{_decision()}"
 
 
 def schedule_event_msg_id(deployment_id: str, expected_seq: int) -> str:
     """Msg-Id of a Schedule event appended on ``expected_seq``."""
-    return f"{token(deployment_id)}:{expected_seq}:{secrets.token_hex(6)}"
+    return f"{token(deployment_id)}:{expected_seq}:{_decision()}"
 
 
 @dataclass(frozen=True)
@@ -192,6 +210,10 @@ class Names:
     def lease_key(self, run_id: str) -> str:
         """The lease bucket's key of a Run."""
         return token(run_id)
+
+    def lease_subject(self, run_id: str) -> str:
+        """The subject a Run's lease key is stored on (a KV key is a subject of its bucket)."""
+        return f"$KV.{self.leases_bucket}.{token(run_id)}"
 
     def run_ids_of_subject(self, subject: str) -> tuple[str, str]:
         """(deployment_id, run_id) of a run subject."""

@@ -34,6 +34,7 @@ from .core.events import (
     ScheduleRecord,
     encode,
 )
+from .jetstream.leases import Held
 from .jetstream.runlog import RunLog
 from .jetstream.store import Store
 from .names import (
@@ -345,10 +346,12 @@ class NatsSchedulerProvider:
             due_at=None, payload=payload, now=self._clock.now(), actor=self._identity,
             replay_of=request.replay_of, requested_by=request.requested_by, reason=reason,
         )
-        event = runcore.indexed(event, await running.runs.announce(event.run))
-        _, stored, created = await running.runs.create(event, msg_id=msg_id)
-        if created:
-            running.submit(stored)
+        index_seq, lease = await running.runs.announce(event.run)
+        seq, stored, created = await running.runs.create(runcore.indexed(event, index_seq),
+                                                         msg_id=msg_id)
+        if created or lease is not None:
+            running.submit(stored, None if lease is None else Held(lease, seq, stored),
+                           created=created)
         return stored.to_run()
 
     async def _find_run(self, run_id: str) -> RunRecord | None:

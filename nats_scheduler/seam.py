@@ -13,7 +13,7 @@ encodable as JSON without a second set of "wire" classes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import ClassVar, Literal, Protocol, runtime_checkable
 
@@ -115,7 +115,7 @@ class RunPermanentError(Exception):
 
 def _require_aware_utc(value: datetime | None, field: str) -> None:
     """Reject naive datetimes and non-UTC offsets: the seam speaks UTC only."""
-    if value is None:
+    if value is None or value.tzinfo is UTC:
         return
     if value.tzinfo is None or value.utcoffset() != timedelta(0):
         raise ValueError(f"{field} must be a timezone-aware UTC datetime, got {value!r}")

@@ -163,11 +163,14 @@ async def may_start(provider: NatsSchedulerProvider, run: RunRecord) -> bool:
 
 
 class _ReadGate:
-    """Holds ``fire_due`` between its Schedule read and its create (a stalled loop)."""
+    """Holds ``fire_due`` between its Schedule read and its create (a stalled loop).
+
+    The read is the firing's: the Schedule table proven current by one shared confirmation
+    (runtime/freshness.py), or a leader read when that cannot be proven."""
 
     def __init__(self, provider: NatsSchedulerProvider) -> None:
         assert provider.firing is not None
-        self._read = provider.firing.schedules.read
+        self._read = provider.firing._read
         self.reads = 0
         self.reached = asyncio.Event()
         self.release = asyncio.Event()
@@ -192,7 +195,7 @@ async def test_a_create_decided_on_an_aged_schedule_read_is_never_sent(
         await pausing.apply(schedule("aged"))
         gate = _ReadGate(firing)
         assert firing.firing is not None
-        monkeypatch.setattr(firing.firing.schedules, "read", gate)
+        monkeypatch.setattr(firing.firing, "_read", gate)
         fire = asyncio.create_task(firing.fire_due("aged", FAR))
         await asyncio.wait_for(gate.reached.wait(), 10)
         # The firing replica read "enabled"; now the Schedule is paused elsewhere ...

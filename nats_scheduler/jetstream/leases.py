@@ -24,7 +24,6 @@ holder itself (it re-proves its lease by CAS once its own clock passes it) and f
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -38,6 +37,8 @@ import nats.errors
 import nats.js.errors
 
 from ..clock import Clock
+from ..core.events import RunRecord
+from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE
 from . import errors
 from .store import Store
 
@@ -63,6 +64,19 @@ class Lease:
     value: LeaseValue
 
 
+@dataclass(frozen=True)
+class Held:
+    """A Run this process just stored, with the lease it opened for it when announcing it.
+
+    Handed to :meth:`Dispatcher.submit` so the first attempt starts at once: no lease to take
+    and no read of the Run just written (docs/architecture.md, "Firing at scale").
+    """
+
+    lease: Lease
+    seq: int
+    record: RunRecord
+
+
 _PRUNE_ABOVE = 10_000
 """Observed leases kept before the ones not read for a while are forgotten."""
 
@@ -75,6 +89,10 @@ FREE = ""
 CLOSED_MARKER_TTL = 10.0
 """Seconds the purge marker of a finished Run's key lives; then the key is gone entirely."""
 
+
+_CLOSE = {"KV-Operation": "PURGE", "Nats-Rollup": "sub", "Nats-TTL": str(int(CLOSED_MARKER_TTL))}
+"""Headers of a key's purge, as ``kv.purge(key, msg_ttl=CLOSED_MARKER_TTL)`` writes them
+(sent through the store's pipelined publisher: one per finished Run)."""
 
 T = TypeVar("T")
 
@@ -109,7 +127,9 @@ class Leases:
     def __init__(self, store: Store, clock: Clock, identity: str, lease_seconds: float, *,
                  elapsed: Callable[[], float] = time.monotonic) -> None:
         self._kv = store.leases
+        self._store = store
         self._key = store.names.lease_key
+        self._subject = store.names.lease_subject
         self._clock = clock
         self._elapsed = elapsed
         self._seen: dict[str, tuple[int, float, float]] = {}
@@ -217,7 +237,7 @@ class Leases:
         """
         try:
             if finished:
-                await self._kv.purge(lease.key, msg_ttl=CLOSED_MARKER_TTL)
+                await self._store.acks.publish(self._subject(lease.run_id), b"", _CLOSE)
             else:
                 free = msgspec.structs.replace(lease.value, holder=FREE,
                                                expires_at=self._clock.now())
@@ -227,23 +247,35 @@ class Leases:
         except (nats.errors.Error, nats.js.errors.Error, OSError):
             log.debug("releasing lease %s failed; it expires by itself", lease.key, exc_info=True)
 
-    async def announce(self, run_id: str, grace: float) -> None:
+    async def announce(self, run_id: str) -> Lease | None:
         """Open the Run's key before the Run is stored, held by this process.
 
         Every unfinished Run has a key, so a process that starts finds them all without
-        reading the history. The creator holds it; if it dies before claiming, any replica
-        takes the Run once the key has gone unrenewed for a lease length (:meth:`expired`).
-        ``grace`` is written as the value's ``expires_at`` for readers of the bucket.
-        Announcing a Run that already has a key changes nothing.
+        reading the history. The key IS the creator's lease (returned): the creator
+        dispatches the Run without taking the lease again. If it dies before claiming, any
+        replica takes the Run once the key has gone unrenewed for a lease length
+        (:meth:`expired`). Announcing a Run that already has a key changes nothing and
+        returns None (another replica announced it first and holds it).
+
+        Written as one conditional publish on the key's subject (expected last sequence 0),
+        not ``kv.create``: that one reads the key back after a refusal, a second request per
+        Run that the announce does not need (a new Run's key never held a value before).
         """
-        value = LeaseValue(run_id=run_id, holder=self.identity,
-                           expires_at=self._clock.now() + timedelta(seconds=grace),
-                           acquired_at=self._clock.now())
-        # The key exists: nats-py's create then reads it (to tell a deleted key from a live
-        # one), and that read may miss while a stream leader is being elected.
-        with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError,
-                                 nats.js.errors.KeyNotFoundError):
-            await self._kv.create(self._key(run_id), _encode(value))
+        value = self._value(run_id)
+        try:
+            ack = await self._store.acks.publish(
+                self._subject(run_id), _encode(value),
+                {HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: "0"})
+        except nats.js.errors.APIError as exc:
+            if not errors.is_conflict(exc):
+                raise
+            # The key exists. Ours, if this is a resend after a lost acknowledgement (the
+            # server checks the expected sequence before the duplicate window).
+            current = await self.current(run_id)
+            if current is None or current[1].holder != self.identity:
+                return None
+            return Lease(run_id, self._key(run_id), current[0], current[1])
+        return Lease(run_id, self._key(run_id), ack.seq, value)
 
     async def forget(self, run_id: str) -> None:
         """Close the key of a Run that was announced but never stored."""

@@ -9,56 +9,56 @@ event is appended on the sequence the writer last saw: the single-writer rule.
 
 from __future__ import annotations
 
-import asyncio
-
 from ..core.events import RunCreated, RunEventType, RunRecord, decode_run_event, encode
 from ..names import run_event_msg_id
 from ..projections.ledger import Ledger
 from .errors import Conflict
 from .history import RunHistory
-from .leases import Leases
+from .leases import Lease, Leases
 from .store import Store
+
+OWN_WRITES_KEPT = 100_000
+"""Own writes remembered until the follower delivers them back (then forgotten)."""
 
 
 class RunLog:
     """Append and read the events of Runs.
 
     ``history`` and ``leases`` are where a new Run is announced before it is stored (its
-    history entry and its open key); ``claim_grace`` is how long the announcing process
-    holds the Run before any replica may take it.
+    history entry and its open key).
     """
 
     def __init__(
         self, store: Store, ledger: Ledger, *, history: RunHistory | None = None,
-        leases: Leases | None = None, claim_grace: float = 1.0,
+        leases: Leases | None = None,
     ) -> None:
         self._store = store
         self._ledger = ledger
         self._names = store.names
         self._history = history
         self._leases = leases
-        self._claim_grace = claim_grace
+        self._own: dict[str, int] = {}
+        """Run subject -> sequence of this process's last write there, until followed."""
 
-    async def announce(self, run: RunRecord) -> int | None:
+    async def announce(self, run: RunRecord) -> tuple[int | None, Lease | None]:
         """Write the Run's history entry and open its key, before its ``run.created``.
 
         Returns the entry's sequence (the same for every announcer of one Run), to record on
-        the Run. Both writes are idempotent, so every replica firing the same due time may
-        announce it. A Run announced but never stored (its creator died, or lost the
-        Schedule's freshness check) leaves an entry that reads skip and a key that the next
-        start closes.
+        the Run, and the lease when this call opened the key (the creator's lease: see
+        :meth:`Leases.announce`). Both writes are idempotent, so every replica firing the
+        same due time may announce it. A Run announced but never stored (its creator died,
+        or lost the Schedule's freshness check) leaves an entry that reads skip and a key
+        that the next start closes.
         """
-        async def entry() -> int | None:
-            return None if self._history is None else await self._history.announce(run)
-
-        async def key() -> None:
-            if self._leases is not None:
-                leases = self._leases
-                await self._store.retrying(
-                    "could not open a run", lambda: leases.announce(run.run_id, self._claim_grace))
-
-        seq, _ = await asyncio.gather(entry(), key())
-        return seq
+        # One after the other: under load the two writes cost the same either way, and
+        # running them side by side cost two tasks per Run (bench/firing.py).
+        seq = None if self._history is None else await self._history.announce(run)
+        leases = self._leases
+        if leases is None:
+            return seq, None
+        lease = await self._store.retrying("could not open a run",
+                                           lambda: leases.announce(run.run_id))
+        return seq, lease
 
     async def create(
         self, event: RunCreated, *, msg_id: str, retry_seconds: float | None = None
@@ -85,6 +85,7 @@ class RunLog:
                 raise RuntimeError(f"run {run.run_id} vanished")
             seq, record = existing
             return seq, record, record.created_at == run.created_at and record == run
+        self._wrote(subject, seq)
         self._ledger.apply(seq, run)
         return seq, run, True
 
@@ -99,8 +100,24 @@ class RunLog:
             subject, encode(event), expected_seq=expected_seq,
             msg_id=run_event_msg_id(run.run_id, expected_seq),
         )
+        self._wrote(subject, seq)
         self._ledger.apply(seq, run)
         return seq
+
+    def _wrote(self, subject: str, seq: int) -> None:
+        if len(self._own) >= OWN_WRITES_KEPT:
+            self._own.clear()  # the follower fell far behind: it just applies them again
+        self._own[subject] = seq
+
+    def own_event(self, subject: str, seq: int) -> bool:
+        """Whether the followed event ``seq`` on ``subject`` is one this process wrote (and
+        applied to the ledger when it wrote it): the follower may skip decoding it."""
+        mine = self._own.get(subject)
+        if mine is None or mine < seq:
+            return False
+        if mine == seq:
+            del self._own[subject]
+        return True
 
     async def fetch(self, deployment_id: str, run_id: str) -> tuple[int, RunRecord] | None:
         """The stored state of a Run (leader read), also applied to the ledger."""

@@ -44,6 +44,7 @@ from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_MSG_ID, Names
 from ..seam import SchedulerConfigurationError, SchedulerError
 from ..settings import NatsSettings
 from . import errors
+from .acks import AckedPublisher
 from .connection import check_server
 from .errors import Conflict
 
@@ -94,6 +95,7 @@ class Store:
         self.nc = nc
         self.count_error: Callable[[str], None] = count_error or (lambda _kind: None)
         self.js: JetStreamContext = nc.jetstream(timeout=2.0)
+        self.acks = AckedPublisher(nc, timeout=2.0)
         self.settings = settings
         self.names = Names(settings.prefix)
         self.retry_seconds = settings.store_retry_seconds
@@ -258,8 +260,8 @@ class Store:
 
         async def op() -> tuple[int, bool]:
             try:
-                ack = await self.js.publish(subject, data, headers=headers, timeout=2.0)
-                return ack.seq, bool(ack.duplicate)
+                ack = await self.acks.publish(subject, data, headers)
+                return ack.seq, ack.duplicate
             except nats.js.errors.APIError as exc:
                 if not errors.is_conflict(exc):
                     raise
@@ -275,7 +277,7 @@ class Store:
         headers = {HDR_MSG_ID: msg_id}
 
         async def op() -> int:
-            ack = await self.js.publish(subject, data, headers=headers, timeout=2.0)
+            ack = await self.acks.publish(subject, data, headers)
             return ack.seq
 
         return await self.retrying("could not store an event", op)
@@ -318,9 +320,9 @@ class Store:
         return await self.retrying("could not read",
                                    lambda: self._last(subject, next_from=max(1, from_seq)))
 
-    async def last_seq(self, stream: str) -> int:
-        """The stream's last sequence (0 when it holds nothing, or does not exist yet: a
-        namespace no provider has prepared reads as empty)."""
+    async def last_seq(self, stream: str, *, retry_seconds: float | None = None) -> int:
+        """The stream's last sequence, from its leader (0 when it holds nothing, or does not
+        exist yet: a namespace no provider has prepared reads as empty)."""
         async def op() -> int:
             try:
                 info = await self.js.stream_info(stream)
@@ -328,7 +330,7 @@ class Store:
                 return 0
             return info.state.last_seq if info.state.messages else 0
 
-        return await self.retrying("could not read", op)
+        return await self.retrying("could not read", op, retry_seconds)
 
     async def follow(
         self, stream: str, filter_subject: str, cb: Callable[[Msg], Awaitable[None]],
@@ -410,6 +412,7 @@ class Store:
         return self.names.schedules_stream
 
     async def close(self) -> None:
+        await self.acks.close()
         try:
             await asyncio.wait_for(self.nc.close(), 5.0)
         except Exception:  # closing a broken connection must not fail a stop()

@@ -25,7 +25,7 @@ from ..core import runcore
 from ..core.events import RunEventType, RunRecord
 from ..core.runcore import RetryPolicy
 from ..jetstream.errors import Conflict
-from ..jetstream.leases import Lease, Leases
+from ..jetstream.leases import Held, Lease, Leases
 from ..jetstream.runlog import RunLog
 from ..projections.ledger import Ledger
 from ..seam import (
@@ -34,8 +34,10 @@ from ..seam import (
     RunPermanentError,
     SchedulerError,
 )
+from .deadlines import Deadlines
 from .firing import NOT_STARTED_AFTER_PAUSE
 from .metrics import Metrics
+from .priority import StartsFirst
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,8 @@ class _Holding:
         self.renewing = asyncio.Lock()  # the renewer and a fenced append never race their CAS
         self.lost = False
         self.in_call = False
+        self.heading_for_start = False
+        """A fresh Run counted in :attr:`Dispatcher.starts` until its first start."""
         self.seq = 0
         self.record: RunRecord | None = None
 
@@ -94,7 +98,10 @@ class Dispatcher:
         self._clock = clock
         self._policy = policy
         self._call_timeout = call_timeout
-        self._semaphore = asyncio.Semaphore(max_concurrent)
+        self._calls = asyncio.Semaphore(max_concurrent)
+        self._deadlines = Deadlines()
+        self.starts = StartsFirst(self._deadlines)
+        """Fresh Runs heading for their first start go before other Runs' bookkeeping."""
         self._claim_grace = timedelta(seconds=claim_grace)
         self._gate = gate
         self._metrics = metrics or Metrics.disabled()
@@ -106,17 +113,20 @@ class Dispatcher:
 
     # ------------------------------------------------------------------ public
 
-    def submit(self, run_id: str, *, vetted: bool = False) -> None:
+    def submit(self, run_id: str, *, vetted: bool = False, held: Held | None = None) -> None:
         """Try to dispatch ``run_id`` here (no-op if already here or stopping).
 
         ``vetted``: the caller stored this scheduled Run within the pause-visibility bound of
         its Schedule read, so the first claim need not ask whether it came after a pause.
+        ``held``: the caller stored it and holds its lease (no lease to take, no read).
         """
         if self._stopping or run_id in self._tasks:
             return
         if vetted:
             self._vetted.add(run_id)
-        task = asyncio.create_task(self._dispatch(run_id), name=f"dispatch {run_id}")
+        if held is not None:
+            self.starts.begin()  # ended by _first_start_reached
+        task = asyncio.create_task(self._dispatch(run_id, held), name=f"dispatch {run_id}")
         self._tasks[run_id] = task
 
         def done(_task: asyncio.Task[None], run_id: str = run_id) -> None:
@@ -167,6 +177,7 @@ class Dispatcher:
         are cancelled. Either way the lease is released and the Run stays recoverable.
         """
         self._stopping = True
+        self.starts.release()
         for run_id, task in list(self._tasks.items()):
             holding = self._holdings.get(run_id)
             if holding is None or not holding.in_call:
@@ -182,48 +193,57 @@ class Dispatcher:
 
     # ------------------------------------------------------------------ one Run
 
-    async def _dispatch(self, run_id: str) -> None:
-        async with self._semaphore:
-            if self._stopping:
-                return
+    async def _dispatch(self, run_id: str, held: Held | None) -> None:
+        if self._stopping:
+            if held is not None:
+                self.starts.end()
+            return
+        if held is not None:
+            lease = held.lease
+        else:
             acquired = await self._leases.acquire(run_id)
             if acquired is None:
                 return
             lease, _previous_holder = acquired
-            holding = _Holding(lease)
-            self._holdings[run_id] = holding
-            self._metrics.holding(+1)
-            me = asyncio.current_task()
-            assert me is not None
-            renewer = asyncio.create_task(self._renew(holding, me))
-            try:
-                await self._attempts(holding)
-            except (_LostRun, Conflict):
-                log.info("run %s is now held by another process", run_id)
-            except SchedulerError:
-                log.warning("store unavailable while dispatching %s; will resume", run_id)
-            except asyncio.CancelledError:
-                if not holding.lost:
-                    await self._hand_back(holding)
-                raise
-            finally:
-                renewer.cancel()
-                self._holdings.pop(run_id, None)
-                self._metrics.holding(-1)
-                if not holding.lost:
-                    finished = holding.record is not None and holding.record.finished
-                    with contextlib.suppress(Exception):
-                        await asyncio.shield(self._leases.release(holding.lease,
-                                                                  finished=finished))
+        holding = _Holding(lease)
+        holding.heading_for_start = held is not None
+        self._holdings[run_id] = holding
+        self._metrics.holding(+1)
+        me = asyncio.current_task()
+        assert me is not None
+        renewer = asyncio.create_task(self._renew(holding, me))
+        try:
+            await self._attempts(holding, held)
+        except (_LostRun, Conflict):
+            log.info("run %s is now held by another process", run_id)
+        except SchedulerError:
+            log.warning("store unavailable while dispatching %s; will resume", run_id)
+        except asyncio.CancelledError:
+            if not holding.lost:
+                await self._hand_back(holding)
+            raise
+        finally:
+            self._first_start_reached(holding)
+            renewer.cancel()
+            self._holdings.pop(run_id, None)
+            self._metrics.holding(-1)
+            if not holding.lost:
+                finished = holding.record is not None and holding.record.finished
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._leases.release(holding.lease,
+                                                              finished=finished))
 
-    async def _attempts(self, holding: _Holding) -> None:
-        known = self._ledger.get(holding.lease.run_id)
-        if known is None:
-            raise _LostRun()
-        fetched = await self._runlog.fetch(known.deployment_id, known.run_id)
-        if fetched is None:
-            raise _LostRun()
-        holding.seq, holding.record = fetched
+    async def _attempts(self, holding: _Holding, held: Held | None) -> None:
+        if held is not None:
+            holding.seq, holding.record = held.seq, held.record
+        else:
+            known = self._ledger.get(holding.lease.run_id)
+            if known is None:
+                raise _LostRun()
+            fetched = await self._runlog.fetch(known.deployment_id, known.run_id)
+            if fetched is None:
+                raise _LostRun()
+            holding.seq, holding.record = fetched
         if await self._refused_after_pause(holding):
             return
         while not holding.record.finished:
@@ -272,6 +292,13 @@ class Dispatcher:
         try:
             session_id = await self._call(self._handler.start_session,
                                           runcore.invocation(holding.record), holding)
+            if holding.heading_for_start:
+                self._first_start_reached(holding)
+                holding.in_call = True  # a drain lets this finish: the Session exists
+                try:
+                    await self.starts.after_starts()
+                finally:
+                    holding.in_call = False
             if holding.record.session_id is None:
                 await self._append(holding, runcore.session_started(
                     holding.record, session_id=session_id, now=self._clock.now(),
@@ -314,13 +341,22 @@ class Dispatcher:
         invocation: RunInvocation,
         holding: _Holding,
     ) -> str:
+        async with self._calls:  # the setting bounds handler calls, not the bookkeeping
+            return await self._call_now(method, invocation, holding)
+
+    async def _call_now(
+        self,
+        method: Callable[[RunInvocation], Awaitable[str]],
+        invocation: RunInvocation,
+        holding: _Holding,
+    ) -> str:
         holding.in_call = True
         call = asyncio.ensure_future(method(invocation))
         try:
             # not wait_for: it waits for the cancelled call to end, and a handler that
             # swallows its cancellation would hold the Run for ever (tests/faults/
             # test_faults_handler.py). A call past the timeout is cancelled and left behind.
-            await asyncio.wait({call}, timeout=self._call_timeout)
+            await self._deadlines.wait(call, self._call_timeout)
         finally:
             holding.in_call = False
             if not call.done():
@@ -334,6 +370,11 @@ class Dispatcher:
         if not isinstance(result, str) or not result:
             raise ValueError(f"the handler returned {type(result).__name__}, not an ID")
         return result
+
+    def _first_start_reached(self, holding: _Holding) -> None:
+        if holding.heading_for_start:
+            holding.heading_for_start = False
+            self.starts.end()
 
     async def _append(self, holding: _Holding, event: RunEventType) -> None:
         """Append on the last sequence this holder saw, and only while it holds the lease.

@@ -29,11 +29,14 @@ from datetime import datetime
 from ..clock import Clock
 from ..core import calendar, runcore, validation
 from ..core.events import RunCreated, RunRecord, ScheduleRecord
+from ..jetstream.leases import Held, Lease
 from ..jetstream.runlog import RunLog
 from ..jetstream.schedulelog import ScheduleLog
 from ..jetstream.store import Store
 from ..names import scheduled_create_msg_id, scheduled_run_id
+from ..projections.schedule_table import ScheduleTable
 from ..seam import InvalidSchedule, SchedulerUnavailable, Trigger
+from .freshness import Freshness
 from .metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -53,8 +56,12 @@ NOT_STARTED_AFTER_PAUSE = (
 )
 """The error of a scheduled Run refused by the gate."""
 
-Submit = Callable[[RunRecord, bool], None]
-"""Hand a newly stored Run to the dispatcher: (record, vetted)."""
+Submit = Callable[[RunRecord, bool, Held | None, bool], None]
+"""Hand a Run to the dispatcher: (record, vetted, the lease this process holds, whether this
+process stored it)."""
+
+CONFIRMATION_REUSE = 0.05
+"""Seconds one confirmation of the Schedule table serves the firings that follow it."""
 
 
 class _StaleRead(Exception):
@@ -65,7 +72,9 @@ class _StaleRead(Exception):
 class Firing:
     """Stores the Run of each due time fired on this process, and gates their first start.
 
-    ``submit`` hands each Run this process stored to the dispatcher.
+    ``submit`` hands each Run this process stored to the dispatcher. ``freshness`` proves the
+    Schedule table current for many firings with one leader read (:mod:`.freshness`); without
+    it (or when it cannot prove it) each firing reads its Schedule from the leader.
     """
 
     store: Store
@@ -74,6 +83,8 @@ class Firing:
     clock: Clock
     identity: str
     submit: Submit
+    table: ScheduleTable | None = None
+    freshness: Freshness | None = None
     metrics: Metrics = field(default_factory=Metrics.disabled)
     stale_fires: int = field(default=0, init=False)
     """Firings whose Schedule read aged before the create and was done again."""
@@ -91,26 +102,24 @@ class Firing:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.store.retry_seconds
         delay = 0.05
-        announced, index_seq = False, None
+        announced: tuple[int | None, Lease | None] | None = None
         while True:
-            read_at = self.clock.now()
-            record = await self.schedules.read(deployment_id)
+            read_at, record = await self._read(deployment_id)
             if record is None or not record.active:
                 return None
             if not calendar.is_due_time(record.cron, record.timezone, due):
                 raise InvalidSchedule(
                     f"{due.isoformat()} is not a due time of deployment {deployment_id!r}"
                 )
-            if not announced:  # once: its history entry and open key, before the create
-                index_seq = await self.runs.announce(self._event(record, due, read_at).run)
-                announced = True
+            if announced is None:  # once: its history entry and open key, before the create
+                announced = await self.runs.announce(self._event(record, due, read_at).run)
             # Past the deadline a busy process still fires (liveness): the create may then
             # leave on an older read, and the gate checks such a Run against the Schedule
             # as it stood when the Run was stored.
             fresh_only = loop.time() < deadline
             try:
                 return await self._create(record, due, read_at, fresh_only=fresh_only,
-                                          index_seq=index_seq)
+                                          announced=announced)
             except _StaleRead:
                 self.stale_fires += 1
                 self.metrics.stale_fire_read()
@@ -122,9 +131,19 @@ class Firing:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
 
+    async def _read(self, deployment_id: str) -> tuple[datetime, ScheduleRecord | None]:
+        """The Schedule as it stood at the returned instant: from the table when one shared
+        confirmation proves it current, else from the stream leader."""
+        if self.freshness is not None and self.table is not None:
+            proven = await self.freshness.confirm(reuse=CONFIRMATION_REUSE)
+            if proven is not None:
+                return proven, self.table.get(deployment_id)
+        read_at = self.clock.now()
+        return read_at, await self.schedules.read(deployment_id)
+
     async def _create(
         self, record: ScheduleRecord, due: datetime, read_at: datetime, *, fresh_only: bool,
-        index_seq: int | None = None,
+        announced: tuple[int | None, Lease | None],
     ) -> RunRecord:
         """Send the create of a scheduled Run once, if the Schedule read is still fresh.
 
@@ -137,17 +156,21 @@ class Firing:
             raise _StaleRead()
         if not self.store.connected:
             raise SchedulerUnavailable("the scheduler store is unavailable: not connected")
+        index_seq, lease = announced
         event = runcore.indexed(self._event(record, due, now), index_seq)
-        _, stored, created = await self.runs.create(
+        seq, stored, created = await self.runs.create(
             event, msg_id=scheduled_create_msg_id(record.deployment_id, due), retry_seconds=0
         )
-        if created:
+        if created or lease is not None:
             # Acknowledged within the bound of the read: stored within it too, so the gate
-            # need not look at it.
+            # need not look at it. (Stored by another replica but announced by this one:
+            # this one holds its lease, so it dispatches it; the gate then looks.)
             acked = self.clock.now()
-            self.metrics.fire_lateness("stored", due, acked)
-            age = (acked - read_at).total_seconds()
-            self.submit(stored, age <= PAUSE_VISIBILITY_SECONDS)
+            if created:
+                self.metrics.fire_lateness("stored", due, acked)
+            vetted = created and (acked - read_at).total_seconds() <= PAUSE_VISIBILITY_SECONDS
+            self.submit(stored, vetted, None if lease is None else Held(lease, seq, stored),
+                        created)
         return stored
 
     def _event(self, record: ScheduleRecord, due: datetime, now: datetime) -> RunCreated:

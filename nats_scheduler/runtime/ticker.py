@@ -24,6 +24,7 @@ from datetime import datetime
 from ..clock import Clock
 from ..core import calendar
 from ..core.events import ScheduleRecord
+from .priority import StartsFirst
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +34,12 @@ Fire = Callable[[str, datetime], Awaitable[object]]
 class Ticker:
     """Heap of next due times, one entry per active Schedule."""
 
-    def __init__(self, clock: Clock, fire: Fire, *, max_concurrent_fires: int = 256) -> None:
+    def __init__(self, clock: Clock, fire: Fire, *, max_concurrent_fires: int = 256,
+                 starts: StartsFirst | None = None) -> None:
         self._clock = clock
         self._fire = fire
+        self._starts = starts
+        """Told of every firing in progress: it heads for a start (runtime/priority.py)."""
         self._heap: list[tuple[datetime, int, str]] = []
         self._current: dict[str, tuple[int, str, str]] = {}  # dep -> (generation, cron, tz)
         self._generation = 0
@@ -128,6 +132,8 @@ class Ticker:
                 heapq.heappush(self._heap, (following, generation, dep))
 
     def _spawn(self, deployment_id: str, due: datetime) -> None:
+        if self._starts is not None:
+            self._starts.begin()
         task = asyncio.create_task(self._fire_one(deployment_id, due))
         self._fires.add(task)
         task.add_done_callback(self._fires.discard)
@@ -139,6 +145,9 @@ class Ticker:
                 self.fired += 1
             except Exception:
                 log.exception("firing %s at %s failed", deployment_id, due.isoformat())
+            finally:
+                if self._starts is not None:
+                    self._starts.end()
 
     async def wait_fires(self, timeout: float) -> None:
         """Wait for firings in progress (used at stop)."""

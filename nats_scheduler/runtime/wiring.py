@@ -31,7 +31,7 @@ from ..core.runcore import RetryPolicy
 from ..jetstream.connection import connect
 from ..jetstream.follower import Follower
 from ..jetstream.history import RunHistory
-from ..jetstream.leases import Leases
+from ..jetstream.leases import Held, Leases
 from ..jetstream.runlog import RunLog
 from ..jetstream.schedulelog import ScheduleLog
 from ..jetstream.store import Store
@@ -41,6 +41,7 @@ from ..seam import RunHandler, SchedulerUnavailable
 from ..settings import NatsSettings
 from .dispatcher import Dispatcher
 from .firing import Firing
+from .freshness import Freshness
 from .metrics import Metrics
 from .reads import RunReads, load_ledger, load_recent
 from .ticker import Fire, Ticker
@@ -76,18 +77,20 @@ class Runtime:
         self.history = RunHistory(store)
         self.leases = Leases(store, clock, identity, settings.lease_seconds)
         self.schedules = ScheduleLog(store, table)
-        self.runs = RunLog(store, ledger, history=self.history, leases=self.leases,
-                           claim_grace=self.claim_grace)
+        self.runs = RunLog(store, ledger, history=self.history, leases=self.leases)
         self.reads = RunReads(self.history, self.runs, ledger, clock)
         self._clock = clock
         self._identity = identity
+        self.freshness = Freshness(store, self._schedules_position, clock)
         self.firing = Firing(store=store, schedules=self.schedules, runs=self.runs, clock=clock,
-                             identity=identity, submit=self._submit, metrics=self.metrics)
+                             identity=identity, submit=self._submit, table=table,
+                             freshness=self.freshness, metrics=self.metrics)
         self.dispatcher: Dispatcher | None = None
         self.ticker: Ticker | None = None
         self.admin: Service | None = None
         self.followers: list[Follower] = []
         self._background: list[asyncio.Task[None]] = []
+        self._closing: set[asyncio.Task[None]] = set()
 
     @classmethod
     async def connect(
@@ -125,6 +128,8 @@ class Runtime:
             self.table.apply(seq, decode_schedule_event(data).schedule)
 
         def on_run(seq: int, subject: str, data: bytes) -> None:
+            if self.runs.own_event(subject, seq):
+                return  # applied when this process wrote it
             self.ledger.apply_event(seq, decode_run_event(data), names.run_ids_of_subject(subject))
 
         runs_from = await self.store.last_seq(names.runs_stream) + 1
@@ -173,7 +178,7 @@ class Runtime:
             gate=self.firing,
             metrics=self.metrics,
         )
-        ticker = Ticker(self._clock, fire)
+        ticker = Ticker(self._clock, fire, starts=dispatcher.starts)
         for record in self.table.all():
             ticker.update(record)
         self.table.subscribe(ticker.update)
@@ -212,15 +217,28 @@ class Runtime:
                 log.warning("applying the history retention failed; trying again later",
                             exc_info=True)
 
-    def submit(self, record: RunRecord) -> None:
-        """Dispatch a Run this process just stored (Run now, Replay)."""
-        self._submit(record, False)
+    def _schedules_position(self) -> int:
+        """The Schedule stream sequence the Schedule table has applied up to."""
+        return self.followers[0].applied_seq if self.followers else 0
 
-    def _submit(self, record: RunRecord, vetted: bool) -> None:
-        """Every Run this process stored (fired, Run now, Replay) passes here once."""
-        self.metrics.run_created(record.trigger)
-        if self.dispatcher is not None and not record.finished:
-            self.dispatcher.submit(record.run_id, vetted=vetted)
+    def submit(self, record: RunRecord, held: Held | None = None, *,
+               created: bool = True) -> None:
+        """Dispatch a Run this process stored (Run now, Replay) or holds the key of."""
+        self._submit(record, False, held, created)
+
+    def _submit(self, record: RunRecord, vetted: bool, held: Held | None,
+                created: bool = True) -> None:
+        """Every Run this process stored (fired, Run now, Replay), or opened the key of, passes
+        here once."""
+        if created:
+            self.metrics.run_created(record.trigger)
+        if record.finished:
+            if held is not None:  # a repeat announced a Run that had ended: close its key
+                task = asyncio.create_task(self.leases.release(held.lease, finished=True))
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
+        elif self.dispatcher is not None:
+            self.dispatcher.submit(record.run_id, vetted=vetted, held=held)
 
     async def serve(self, service: Service) -> None:
         """Run ``service`` as this process's admin service, replacing the one running.

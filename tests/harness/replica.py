@@ -242,9 +242,10 @@ class Replica:
             run_id=run_id, deployment_id=deployment, trigger=Trigger.RUN_NOW, due_at=None,
             payload=record.payload, now=datetime.now(UTC), actor=provider.identity,
         )
-        # As enqueue does: announce (history entry, open key held for the claim grace), then
+        # As enqueue does: announce (history entry, open key: this process's lease), then
         # the create; only the hand-over to this process's dispatcher is left out.
-        event = runcore.indexed(event, await provider.runlog.announce(event.run))
+        index_seq, _lease = await provider.runlog.announce(event.run)
+        event = runcore.indexed(event, index_seq)
         _, stored, _ = await provider.runlog.create(
             event, msg_id=requested_create_msg_id(run_id))
         return {"run": run_to_json(stored.to_run())}
