@@ -89,6 +89,8 @@ async def test_the_bucket_and_a_key_as_an_operator_sees_them(join: Join) -> None
     kv = await nc.jetstream().key_value(names.replicas_bucket)
     key = names.replica_key("replica a/1.example.com")
     assert await kv.keys() == [key] == ["replica=20a=2F1=2Eexample=2Ecom"]
+    assert names.replica_of_key(key) == "replica a/1.example.com"
+    assert names.replica_key("a=b%c") == "a=3Db=25c"  # '=' and '%' escaped too: no collisions
     value = msgspec.json.decode((await kv.get(key)).value or b"", type=PresenceValue)
     assert value.identity == "replica a/1.example.com" and value.beat_at >= value.started_at
     config = (await kv.status()).stream_info.config
