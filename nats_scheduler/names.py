@@ -6,6 +6,7 @@ Layout under a prefix ``P`` (``ASTRABOX_NATS_PREFIX``, default ``SCHED``)::
     stream  P_RUNS        subjects P.run.<deployment>.<run>       Run events
     stream  P_RUNINDEX    subjects P.runidx.<deployment>          history index, one entry per Run
     bucket  P_LEASES      keys     <run>                          open Runs and dispatch leases
+    bucket  P_REPLICAS    keys     <identity>                     live provider replicas
     service astrabox-scheduler (nats.micro)  subjects P.admin.>   admin service
 
 ``<deployment>`` and ``<run>`` are :func:`token` encodings of the IDs: any string AstraBox
@@ -183,6 +184,11 @@ class Names:
         return f"{self.prefix}_LEASES"
 
     @property
+    def replicas_bucket(self) -> str:
+        """One key per live provider replica, re-put every beat (``jetstream/presence.py``)."""
+        return f"{self.prefix}_REPLICAS"
+
+    @property
     def schedules_filter(self) -> str:
         return f"{self.prefix}.sched.*"
 
@@ -214,6 +220,15 @@ class Names:
     def lease_subject(self, run_id: str) -> str:
         """The subject a Run's lease key is stored on (a KV key is a subject of its bucket)."""
         return f"$KV.{self.leases_bucket}.{token(run_id)}"
+
+    def replica_key(self, identity: str) -> str:
+        """The replicas bucket's key of a provider replica: its :func:`token`, with ``=``
+        for ``%`` (a KV key may not hold ``%``; identities hold dots, e.g. a host name)."""
+        return token(identity).replace("%", "=")
+
+    def replica_of_key(self, key: str) -> str:
+        """The inverse of :meth:`replica_key`."""
+        return untoken(key.replace("=", "%"))
 
     def run_ids_of_subject(self, subject: str) -> tuple[str, str]:
         """(deployment_id, run_id) of a run subject."""

@@ -328,7 +328,8 @@ def auditor_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_the_guide_names_what_is_stored() -> None:
     text = DOC.read_text("utf-8")
     for name in (NAMES.schedules_stream, NAMES.runs_stream, NAMES.leases_bucket,
-                 f"KV_{NAMES.leases_bucket}", "SCHED.sched.<deployment>",
+                 f"KV_{NAMES.leases_bucket}", NAMES.replicas_bucket,
+                 f"KV_{NAMES.replicas_bucket}", "SCHED.sched.<deployment>",
                  "SCHED.run.<deployment>.<run>"):
         assert f"`{name}`" in text, name
     assert {t for t in TAGS if f"`{t}`" in text} == TAGS

@@ -143,10 +143,11 @@ def test_replication_check() -> None:
 
 def test_permissions_check_names_the_role() -> None:
     every = [p.ability for p in probes(Names("P"))]
-    reads = {"read events", "watch events", "read leases", "read through the admin service"}
+    reads = {"read events", "watch events", "read leases", "read replicas",
+             "read through the admin service"}
     acts = reads | {"request actions (hold, release, Run now, Replay)"}
     writes = reads | {"append Schedule events", "append Run events", "change leases",
-                      "create streams", "serve the admin service"}
+                      "announce replicas", "create streams", "serve the admin service"}
 
     def check(allowed: set[str]) -> Check:
         return permissions_check({a: a in allowed for a in every})
@@ -156,6 +157,8 @@ def test_permissions_check_names_the_role() -> None:
     assert "scheduler" in check(writes).detail and check(writes).status == Status.OK
     assert check(set(every)).status == Status.WARN  # can delete and purge
     assert check(reads | {"append Run events"}).status == Status.WARN  # partial writer
+    # a scheduler user of a config from before the replicas bucket: cannot announce itself
+    assert check(writes - {"announce replicas"}).status == Status.WARN
     assert check(set()).status == Status.FAIL
 
 

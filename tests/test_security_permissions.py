@@ -25,6 +25,7 @@ from nats_scheduler.admin.client import AdminClient
 from nats_scheduler.admin.doctor import Status, run_doctor
 from nats_scheduler.admin.permissions import Probe, ViolationLog, probes
 from nats_scheduler.jetstream.connection import ConnectMisconfigured, FailureKind, connect
+from nats_scheduler.jetstream.presence import Presence
 from nats_scheduler.names import Names
 from nats_scheduler.natsserver.config import CLUSTER_DIR, PASSWORD_ENV, REPO_CONFIG
 from nats_scheduler.natsserver.process import find_nats_server
@@ -66,6 +67,21 @@ async def abilities(nc, log: ViolationLog) -> dict[str, bool]:  # type: ignore[n
     return {p.ability: await log.allowed(nc, p) for p in probes(NAMES)}
 
 
+async def announce(provider: NatsSchedulerProvider, names: Names = NAMES) -> None:
+    """Two replicas announce themselves through the provider's connection, see each other
+    (a put and a watch of the replicas bucket each), and leave again (a delete)."""
+    replicas = [await Presence.open(provider.store.js, names, f"replica-{i}", replicas=1,
+                                    beat_seconds=0.2) for i in (1, 2)]
+    for replica in replicas:
+        await replica.start()
+    try:
+        for replica in replicas:
+            await eventually(lambda r=replica: r.live() == ("replica-1", "replica-2"), timeout=10)
+    finally:
+        for replica in replicas:
+            await replica.stop()
+
+
 async def populate(provider: NatsSchedulerProvider) -> str:
     """Two Schedules, a fired Run and a Run now, both dispatched; returns a Run ID."""
     await provider.apply(schedule("dep-a"))
@@ -99,6 +115,12 @@ async def test_scheduler_runs_the_provider_and_the_admin_service(tmp_path: Path)
             await kv.put("probe-key", b"{}")
             assert (await kv.get("probe-key")).value == b"{}"
             await kv.delete("probe-key")
+            # the live replicas: announced, watched, read back, left
+            await announce(provider)
+            replicas = await provider.store.js.key_value(NAMES.replicas_bucket)
+            await replicas.put("probe-key", b"{}")
+            assert (await replicas.get("probe-key")).value == b"{}"
+            await replicas.delete("probe-key")
             # the service answers an operator, counting replicas (a scatter-gather)
             nc, _ = await connect_as(server, "operator")
             try:
@@ -116,8 +138,9 @@ async def test_scheduler_runs_the_provider_and_the_admin_service(tmp_path: Path)
         finally:
             await nc.close()
     assert {a for a, ok in can.items() if ok} == {
-        "read events", "watch events", "read leases", "append Schedule events",
-        "append Run events", "change leases", "create streams", "serve the admin service"}
+        "read events", "watch events", "read leases", "read replicas", "append Schedule events",
+        "append Run events", "change leases", "announce replicas", "create streams",
+        "serve the admin service"}
 
 
 async def test_scheduler_cannot_destroy_or_leave_its_namespace(tmp_path: Path) -> None:
@@ -230,6 +253,7 @@ async def _direct_writes_fail(nc) -> None:  # type: ignore[no-untyped-def]
         lambda: js.publish(NAMES.run_subject("dep-a", "forged"), b"{}"),
         lambda: js.publish(NAMES.schedule_subject("dep-a"), b"{}"),
         lambda: js.publish(f"$KV.{NAMES.leases_bucket}.forged", b"{}"),
+        lambda: js.publish(f"$KV.{NAMES.replicas_bucket}.forged", b"{}"),
         lambda: js.purge_stream(NAMES.runs_stream),
         lambda: js.delete_stream(NAMES.schedules_stream),
         lambda: js.delete_msg(NAMES.runs_stream, 1),
@@ -261,6 +285,16 @@ async def test_auditor_views_streams_kv_and_watches_events(tmp_path: Path) -> No
             async with scheduler_with_service(server) as (provider, _):
                 run_id = await populate(provider)
                 await provider.store.leases.put("audit-key", b'{"probe": 1}')
+                replica = await Presence.open(provider.store.js, NAMES, "replica-1",
+                                              replicas=1, beat_seconds=60)
+                await replica.start()
+                try:  # the live replicas, as `nats kv ls SCHED_REPLICAS` shows them
+                    replicas = await nc.jetstream(timeout=2.0).key_value(NAMES.replicas_bucket)
+                    assert await replicas.keys() == ["replica-1"]
+                    entry = await replicas.get("replica-1")
+                    assert b'"identity":"replica-1"' in (entry.value or b"")
+                finally:
+                    await replica.stop()
                 assert [s.deployment_id for s in await client.list_schedules()] == [
                     "dep-a", "dep-b"]
                 assert (await client.get_run(run_id)).state == RunState.DISPATCHED
@@ -390,6 +424,7 @@ async def test_the_config_follows_another_prefix(tmp_path: Path) -> None:
         async with scheduler_with_service(server, "ACME") as (provider, _):
             await provider.apply(schedule("dep-x"))
             assert await provider.fire_due("dep-x", DUE) is not None
+            await announce(provider, Names("ACME"))
             nc, log = await connect_as(server, "scheduler")
             try:
                 assert not await log.allowed(nc, Probe("old prefix", "SCHED.sched.dep-x"))

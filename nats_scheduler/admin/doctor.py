@@ -197,7 +197,8 @@ def durability_check(nodes: Sequence[Varz]) -> Check:
                  f"sync_interval always (fsync before ack) on {len(nodes)} node(s)")
 
 
-_WRITES = ("append Schedule events", "append Run events", "change leases", "create streams")
+_WRITES = ("append Schedule events", "append Run events", "change leases", "announce replicas",
+           "create streams")
 _DESTROY = ("delete streams", "purge streams", "delete events")
 
 

@@ -96,9 +96,10 @@ class Probe:
 
 
 def probes(names: Names, nonce: str | None = None) -> list[Probe]:
-    """The probes for the scheduler's streams, bucket and admin service under ``names``."""
+    """The probes for the scheduler's streams, buckets and admin service under ``names``."""
     nonce = nonce or secrets.token_hex(4)
     probe_id = names.lease_key(f"doctor-probe-{nonce}")
+    probe_replica = names.replica_key(f"doctor-probe-{nonce}")
     absent_stream = f"{names.prefix}_DOCTOR_PROBE_{nonce.upper()}"
     never = {HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: _IMPOSSIBLE_SEQUENCE}
     api = "$JS.API"
@@ -108,6 +109,7 @@ def probes(names: Names, nonce: str | None = None) -> list[Probe]:
         Probe("watch events", f"{api}.CONSUMER.CREATE.{names.runs_stream}",
               payload=b'{"stream_name": "%s"}' % absent_stream.encode()),
         Probe("read leases", f"{api}.STREAM.INFO.KV_{names.leases_bucket}"),
+        Probe("read replicas", f"{api}.STREAM.INFO.KV_{names.replicas_bucket}"),
         Probe("read through the admin service", f"{names.admin_prefix}.health"),
         Probe("request actions (hold, release, Run now, Replay)",
               f"{names.admin_prefix}.schedules.hold", mutating=True),
@@ -116,6 +118,8 @@ def probes(names: Names, nonce: str | None = None) -> list[Probe]:
         Probe("append Run events", names.run_subject(probe_id, probe_id),
               payload=b"{}", headers=never, mutating=True),
         Probe("change leases", f"$KV.{names.leases_bucket}.{probe_id}",
+              payload=b"{}", headers=never, mutating=True),
+        Probe("announce replicas", f"$KV.{names.replicas_bucket}.{probe_replica}",
               payload=b"{}", headers=never, mutating=True),
         Probe("create streams", f"{api}.STREAM.CREATE.{names.runs_stream}",
               payload=b'{"name": "%s"}' % absent_stream.encode(), mutating=True),

@@ -1,0 +1,245 @@
+"""Which provider replicas are alive: one key per replica in a KV bucket, re-put every beat.
+
+The firing path names one owner per due time among the live replicas
+(``core/ownership.py``), so it needs a cheap, local answer to "who is alive?". Each replica
+puts its own key (``Names.replica_key``: its identity, escaped) when it starts and again
+every ``beat_seconds``, deletes it when it stops, and watches the whole bucket into memory.
+A replica is live while this process has seen its key put within ``3 * beat_seconds`` of its
+OWN elapsed time (``time.monotonic``): replicas' wall clocks may be skewed, so a written time
+is never compared with ours (the same rule as lease expiry, ``jetstream/leases.py``). A deleted key
+leaves at once; a killed replica's key stops changing and drops out after the window; the
+bucket's ``max_age`` then removes the key itself.
+
+When the watch starts it replays the keys already in the bucket, some possibly left by a
+replica that died a while ago. Their age is judged by the server's own timestamps, compared
+only with each other (each entry's against the newest, our own fresh put): still no
+replica's clock is involved.
+
+Presence only decides who fires first; it is never what makes a Run unique (the store's
+conditional create is). So a wrong answer costs work, not correctness, and this process
+always counts itself: with no server answering, ``live()`` is just ``(identity,)`` and the
+replica fires everything itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+import msgspec
+import nats.js.errors
+from nats.js import JetStreamContext
+from nats.js.api import KeyValueConfig, StorageType
+from nats.js.kv import KeyValue
+
+from ..names import Names
+
+log = logging.getLogger(__name__)
+
+WINDOW_BEATS = 3
+"""A replica is live while its key was put within this many beats."""
+
+MAX_AGE_SECONDS = 30.0
+"""The bucket's ``max_age`` at least: dead replicas' keys vanish from ``nats kv ls``."""
+
+STOP_TIMEOUT = 2.0
+"""Seconds ``stop()`` gives each server operation: a stop never hangs on a dead server."""
+
+
+class PresenceValue(msgspec.Struct, frozen=True, kw_only=True):
+    """The JSON under a replica's key (``nats kv get P_REPLICAS <identity>``), for people."""
+
+    identity: str
+    started_at: datetime
+    beat_at: datetime
+
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder(PresenceValue).decode
+
+
+def bucket_config(names: Names, *, replicas: int, beat_seconds: float) -> KeyValueConfig:
+    """The replicas bucket: latest value only, on disk, replicated like the other streams."""
+    return KeyValueConfig(
+        bucket=names.replicas_bucket,
+        description="AstraBox scheduler: one key per live provider replica, re-put every beat",
+        history=1,
+        storage=StorageType.FILE,
+        replicas=replicas,
+        ttl=max(MAX_AGE_SECONDS, 10 * beat_seconds),
+    )
+
+
+async def _bind_or_create(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:
+    assert config.bucket is not None
+    try:
+        return await js.key_value(config.bucket)
+    except nats.js.errors.BucketNotFoundError:
+        try:
+            return await js.create_key_value(config)
+        except nats.js.errors.BadRequestError:
+            return await js.key_value(config.bucket)  # another replica created it first
+
+
+def _server_seconds(created: object) -> float | None:
+    """An entry's server timestamp in seconds (nats-py gives a datetime), if it has one."""
+    if isinstance(created, datetime):
+        return created.timestamp()
+    if isinstance(created, int | float):
+        return float(created) / 1e9
+    return None
+
+
+class Presence:
+    """This replica's key in the replicas bucket, and the live replicas it sees there."""
+
+    def __init__(self, kv: KeyValue, names: Names, identity: str, *, beat_seconds: float,
+                 elapsed: Callable[[], float]) -> None:
+        self._kv = kv
+        self._names = names
+        self._key = names.replica_key(identity)
+        self._elapsed = elapsed
+        self.identity = identity
+        self.beat_seconds = beat_seconds
+        self.window = WINDOW_BEATS * beat_seconds
+        self._started_at = datetime.now(UTC)
+        self._seen: dict[str, tuple[str, float]] = {}
+        """key -> (identity, elapsed time its latest put was seen)."""
+        self._live: tuple[str, ...] = (identity,)
+        self._dirty = False
+        self._next_expiry = math.inf
+        self._watcher: KeyValue.KeyWatcher | None = None
+        self._joined = False
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @classmethod
+    async def open(cls, js: JetStreamContext, names: Names, identity: str, *, replicas: int,
+                   beat_seconds: float = 1.0,
+                   elapsed: Callable[[], float] = time.monotonic) -> Presence:
+        """Bind the replicas bucket (creating it on first use); :meth:`start` to join."""
+        config = bucket_config(names, replicas=replicas, beat_seconds=beat_seconds)
+        kv = await _bind_or_create(js, config)
+        return cls(kv, names, identity, beat_seconds=beat_seconds, elapsed=elapsed)
+
+    # ------------------------------------------------------------------ joining and leaving
+
+    async def start(self) -> None:
+        """Put our key, watch the bucket, and beat. Raises if the server refuses the first put."""
+        await self._beat()
+        self._joined = True
+        self._watcher = await self._kv.watchall()
+        self._tasks = [asyncio.create_task(self._follow(self._watcher), name="presence-watch"),
+                       asyncio.create_task(self._beat_forever(), name="presence-beat")]
+
+    async def stop(self) -> None:
+        """Leave: stop beating, delete our key (others drop us at once), end the watch.
+
+        Each server operation is bounded by ``STOP_TIMEOUT``: with the server gone the key
+        simply stops changing, and the others drop us after the window instead.
+        """
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+        if self._joined:
+            await self._bounded("delete the replica key", self._kv.delete(self._key))
+            self._joined = False
+        if self._watcher is not None:
+            await self._bounded("stop the replicas watch", self._watcher.stop())
+            self._watcher = None
+        self._seen.clear()
+        self._dirty = True
+
+    @staticmethod
+    async def _bounded(what: str, call: Awaitable[object]) -> None:
+        try:
+            await asyncio.wait_for(call, STOP_TIMEOUT)
+        except Exception:
+            log.debug("presence: could not %s while stopping", what, exc_info=True)
+
+    async def _beat(self) -> None:
+        value = PresenceValue(identity=self.identity, started_at=self._started_at,
+                              beat_at=datetime.now(UTC))
+        await self._kv.put(self._key, _encode(value))
+
+    async def _beat_forever(self) -> None:
+        """Re-put our key every beat; a missed beat is only logged (the next one may land)."""
+        while True:
+            await asyncio.sleep(self.beat_seconds)
+            try:
+                await asyncio.wait_for(self._beat(), max(self.beat_seconds, 1.0))
+            except Exception:
+                log.debug("presence: a beat of %s failed", self.identity, exc_info=True)
+
+    # ------------------------------------------------------------------ the watch
+
+    async def _follow(self, watcher: KeyValue.KeyWatcher) -> None:
+        """Apply the bucket's changes; the replayed ones are aged once the replay is done."""
+        replay: list[KeyValue.Entry] | None = []
+        try:
+            async for entry in watcher:
+                if entry is None:
+                    if replay is not None:
+                        self._apply_replay(replay)
+                    replay = None
+                elif replay is not None:
+                    replay.append(entry)
+                else:
+                    self._apply(entry, self._elapsed())
+        except Exception:
+            log.debug("presence: the replicas watch ended", exc_info=True)
+
+    def _apply_replay(self, entries: list[KeyValue.Entry]) -> None:
+        """Seen times for keys put before we watched: their age by the server's timestamps."""
+        now = self._elapsed()
+        stamps = [_server_seconds(e.created) for e in entries]
+        newest = max((s for s in stamps if s is not None), default=None)
+        for entry, stamp in zip(entries, stamps, strict=True):
+            age = 0.0 if newest is None or stamp is None else max(0.0, newest - stamp)
+            self._apply(entry, now - age)
+
+    def _apply(self, entry: KeyValue.Entry, seen_at: float) -> None:
+        if entry.operation in ("DEL", "PURGE") or not entry.value:
+            if self._seen.pop(entry.key, None) is not None:
+                self._dirty = True
+            return
+        if entry.key not in self._seen:
+            self._dirty = True
+        self._seen[entry.key] = (self._identity_of(entry), seen_at)
+
+    def _identity_of(self, entry: KeyValue.Entry) -> str:
+        try:
+            return _decode(entry.value or b"").identity
+        except msgspec.DecodeError:
+            pass
+        try:
+            return self._names.replica_of_key(entry.key)  # a hand-written value: the key tells
+        except (ValueError, UnicodeDecodeError):
+            return entry.key
+
+    # ------------------------------------------------------------------ the answer
+
+    def live(self) -> tuple[str, ...]:
+        """Sorted identities of the live replicas, always including this one.
+
+        Cached: recomputed only when a key came or went, or a member's window may have ended.
+        """
+        now = self._elapsed()
+        if self._dirty or now >= self._next_expiry:
+            self._recompute(now)
+        return self._live
+
+    def _recompute(self, now: float) -> None:
+        for key in [k for k, (_, seen) in self._seen.items() if now - seen >= self.window]:
+            del self._seen[key]
+        self._live = tuple(sorted({self.identity, *(i for i, _ in self._seen.values())}))
+        self._next_expiry = min((s + self.window for _, s in self._seen.values()),
+                                default=math.inf)
+        self._dirty = False
