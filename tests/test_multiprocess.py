@@ -28,7 +28,7 @@ from nats_scheduler import ManualClock
 from nats_scheduler.core import calendar
 from nats_scheduler.core.events import RunClaimed
 from nats_scheduler.jetstream.leases import LeaseValue
-from nats_scheduler.names import token
+from nats_scheduler.names import scheduled_run_id, token
 from nats_scheduler.seam import RunPayload, Schedule
 from nats_scheduler.testing.handler import RecordingRunHandler
 from tests.harness.history import StoredEvent, run_history
@@ -175,30 +175,38 @@ async def test_three_replicas_fire_a_real_minute_boundary_once(
     replicas: ReplicaSet, handler: SqliteRunHandler,
 ) -> None:
     """The only test that waits for the wall clock: up to one minute (two if a boundary
-    falls while the replicas start)."""
+    falls while the replicas start).
+
+    Each due time has one owner among the live replicas; the others leave it to the owner
+    and would fire it only after a grace. So 30 Schedules due in the same minute make 30
+    Runs, created by more than one replica (the work is shared), none twice."""
     a, b, c = await replicas.spawn("a", "b", "c")
-    await a.send("apply", schedule=schedule("minute", "* * * * *"))
+    deployments = [f"minute-{i}" for i in range(30)]
+    for deployment in deployments:
+        await a.send("apply", schedule=schedule(deployment, "* * * * *"))
 
-    async def due_fired_by_all() -> datetime | None:
-        fired = [{datetime.fromisoformat(due) for dep, due in
-                  (await r.send("status"))["ticker_fires"] if dep == "minute"}
-                 for r in (a, b, c)]
-        common = set.intersection(*fired)
-        return min(common) if common else None
+    async def due_fired() -> datetime | None:
+        fired = [datetime.fromisoformat(due) for r in (a, b, c)
+                 for dep, due in (await r.send("status"))["ticker_fires"]
+                 if dep in deployments]
+        return min(fired) if fired else None
 
-    due = await eventually(due_fired_by_all, timeout=150, interval=0.25)
-    runs = (await b.send("list_runs", deployment="minute"))["runs"]
-    for run in runs:
-        run["due_at"] = datetime.fromisoformat(run["due_at"])
-    of_due = [r for r in runs if r["due_at"] == due]
-    assert len(of_due) == 1, runs
-    run = of_due[0]
-    assert run["trigger"] == "schedule"
-    await eventually(lambda: run["run_id"] in handler.turns(), timeout=15)
-    final = await dispatched_run(c, run["run_id"])
-    assert_one_session(handler, run["run_id"], final)
-    # the ticker never backfills: no Run for a minute before the replicas knew the Schedule
-    assert all(r["due_at"] >= due for r in runs)
+    due = await eventually(due_fired, timeout=150, interval=0.25)
+    run_ids = [scheduled_run_id(deployment, due) for deployment in deployments]
+    await eventually(lambda: set(run_ids) <= set(handler.turns()), timeout=30)
+    creators = set()
+    for deployment, run_id in zip(deployments, run_ids, strict=True):
+        runs = (await b.send("list_runs", deployment=deployment))["runs"]
+        of_due = [r for r in runs if datetime.fromisoformat(r["due_at"]) == due]
+        assert [r["run_id"] for r in of_due] == [run_id], runs
+        # the ticker never backfills: no Run for a minute before the replicas knew it
+        assert all(datetime.fromisoformat(r["due_at"]) >= due for r in runs)
+        events = await history(replicas.url, replicas.prefix, deployment, run_id)
+        assert events[0].type == "run.created"
+        creators.add(events[0].event.actor)
+        final = await dispatched_run(c, run_id)
+        assert_one_session(handler, run_id, final)
+    assert len(creators) >= 2, f"one replica fired every due time: {creators}"
 
 
 # --------------------------------------------------------------------------- takeover

@@ -23,10 +23,10 @@ def record(dep: str, cron: str, tz: str = "UTC", *, enabled: bool = True) -> Sch
 
 
 class Harness:
-    def __init__(self) -> None:
+    def __init__(self, **ticker: object) -> None:
         self.clock = ManualClock(T0)
         self.fired: list[tuple[str, datetime]] = []
-        self.ticker = Ticker(self.clock, self.fire)
+        self.ticker = Ticker(self.clock, self.fire, **ticker)  # type: ignore[arg-type]
         self.task: asyncio.Task[None] | None = None
 
     async def fire(self, dep: str, due: datetime) -> None:
@@ -114,3 +114,52 @@ async def test_calendar_change_replans_from_now_and_dst_gap_is_honoured() -> Non
         h.clock.set(datetime(2030, 3, 31, 2, 0, 1, tzinfo=UTC))
         await h.settle()
         assert h.fired == [("d", datetime(2030, 3, 31, 2, 0, tzinfo=UTC))]
+
+
+# ------------------------------------------------------------------ owners
+
+
+async def test_a_due_time_owned_elsewhere_is_left_to_its_owner_when_its_run_exists() -> None:
+    exists: set[tuple[str, datetime]] = set()
+    async with Harness(owns=lambda dep, _due: dep == "mine",
+                       exists=lambda dep, due: (dep, due) in exists, grace=3.0) as h:
+        h.ticker.update(record("mine", "* * * * *"))
+        h.ticker.update(record("theirs", "* * * * *"))
+        due = T0.replace(second=0) + timedelta(minutes=1)
+        h.clock.advance(31)  # one second past the due time
+        await h.settle()
+        assert h.fired == [("mine", due)], "only the owned due time fires at once"
+        exists.add(("theirs", due))  # the owner stored its Run
+        h.clock.advance(2.5)
+        await h.settle()
+        assert h.fired == [("mine", due)]
+        assert h.ticker.left_to_owner == 1
+
+
+async def test_a_due_time_whose_owner_fired_nothing_is_fired_after_the_grace() -> None:
+    async with Harness(owns=lambda _dep, _due: False, exists=lambda _dep, _due: False,
+                       grace=3.0) as h:
+        h.ticker.update(record("theirs", "* * * * *"))
+        due = T0.replace(second=0) + timedelta(minutes=1)
+        h.clock.advance(31)  # one second past the due time
+        await h.settle()
+        assert h.fired == []
+        h.clock.advance(1.9)
+        await h.settle()
+        assert h.fired == [], "not before the grace"
+        h.clock.advance(0.2)
+        await h.settle()
+        assert h.fired == [("theirs", due)]
+        assert h.ticker.left_to_owner == 0
+
+
+async def test_a_due_time_left_to_an_owner_is_dropped_when_the_schedule_is_disabled() -> None:
+    async with Harness(owns=lambda _dep, _due: False, exists=lambda _dep, _due: False,
+                       grace=3.0) as h:
+        h.ticker.update(record("theirs", "* * * * *"))
+        h.clock.advance(31)  # one second past the due time
+        await h.settle()
+        h.ticker.update(record("theirs", "* * * * *", enabled=False))
+        h.clock.advance(5)
+        await h.settle()
+        assert h.fired == []

@@ -10,7 +10,11 @@ Schedules. Rules (docs/contract.md, "The guarantees"; docs/design.md, "Firing"):
 - Late wake-ups (an event-loop stall, a suspended VM) still fire every due time passed since
   the previous one: after firing a due time the next one is computed from that due time, not
   from "now", and fired at once if it is already past.
-- Every replica fires; the store lets one Run win (``fire_due`` is idempotent).
+- One replica fires each due time first: its owner among the live replicas (``owns``,
+  rendezvous hashing in core/ownership.py). The others wait ``grace`` seconds and fire it
+  only if no Run for it reached them by then (``exists``), so a dead or stalled owner delays
+  a due time by the grace, never loses it. When they race, the store lets one Run win
+  (``fire_due`` is idempotent). Without ``owns`` every due time is this process's.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import asyncio
 import heapq
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from ..clock import Clock
 from ..core import calendar
@@ -29,15 +33,28 @@ from .priority import StartsFirst
 log = logging.getLogger(__name__)
 
 Fire = Callable[[str, datetime], Awaitable[object]]
+Check = Callable[[str, datetime], bool]
+"""(deployment, due time) -> bool: whether this process owns it / whether its Run exists."""
+
+OWNER_GRACE_SECONDS = 3.0
+"""How long the replicas that do not own a due time leave it to its owner."""
 
 
 class Ticker:
     """Heap of next due times, one entry per active Schedule."""
 
     def __init__(self, clock: Clock, fire: Fire, *, max_concurrent_fires: int = 256,
-                 starts: StartsFirst | None = None) -> None:
+                 starts: StartsFirst | None = None, owns: Check | None = None,
+                 exists: Check | None = None, grace: float = OWNER_GRACE_SECONDS) -> None:
         self._clock = clock
         self._fire = fire
+        self._owns = owns
+        self._exists = exists
+        self._grace = timedelta(seconds=grace)
+        self._fallbacks: list[tuple[datetime, int, str, datetime]] = []
+        """(when to look, generation, deployment, due time) of due times left to an owner."""
+        self.left_to_owner = 0
+        """Due times this process left to another replica that fired them in time."""
         self._starts = starts
         """Told of every firing in progress: it heads for a start (runtime/priority.py)."""
         self._heap: list[tuple[datetime, int, str]] = []
@@ -97,14 +114,19 @@ class Ticker:
         finally:
             self._running = False
 
+    def _next_instant(self) -> datetime | None:
+        firsts = [entries[0][0] for entries in (self._heap, self._fallbacks) if entries]
+        return min(firsts) if firsts else None
+
     async def _wait_for_next(self) -> None:
         self._drop_stale()
         self._wake.clear()
-        if self._heap and self._heap[0][0] <= self._clock.now():
+        instant = self._next_instant()
+        if instant is not None and instant <= self._clock.now():
             return
         waiters = [asyncio.create_task(self._wake.wait())]
-        if self._heap:
-            waiters.append(asyncio.create_task(self._clock.sleep_until(self._heap[0][0])))
+        if instant is not None:
+            waiters.append(asyncio.create_task(self._clock.sleep_until(instant)))
         try:
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -126,10 +148,23 @@ class Ticker:
             known = self._current.get(dep)
             if known is None or known[0] != generation:
                 continue
-            self._spawn(dep, due)
+            if self._owns is None or self._owns(dep, due):
+                self._spawn(dep, due)
+            else:
+                heapq.heappush(self._fallbacks, (due + self._grace, generation, dep, due))
             following = calendar.next_due(known[1], known[2], due)
             if following is not None:
                 heapq.heappush(self._heap, (following, generation, dep))
+
+        while self._fallbacks and self._fallbacks[0][0] <= now:
+            _, generation, dep, due = heapq.heappop(self._fallbacks)
+            known = self._current.get(dep)
+            if known is None or known[0] != generation:
+                continue  # disabled or changed meanwhile: as for any planned due time
+            if self._exists is not None and self._exists(dep, due):
+                self.left_to_owner += 1
+                continue
+            self._spawn(dep, due)
 
     def _spawn(self, deployment_id: str, due: datetime) -> None:
         if self._starts is not None:

@@ -20,21 +20,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from opentelemetry.metrics import MeterProvider
 
 from ..clock import Clock
 from ..core.events import RunRecord, decode_run_event, decode_schedule_event
+from ..core.ownership import owner, owner_key
 from ..core.runcore import RetryPolicy
 from ..jetstream.connection import connect
 from ..jetstream.follower import Follower
 from ..jetstream.history import RunHistory
 from ..jetstream.leases import Held, Leases
+from ..jetstream.presence import Presence
 from ..jetstream.runlog import RunLog
 from ..jetstream.schedulelog import ScheduleLog
 from ..jetstream.store import Store
+from ..names import scheduled_run_id
 from ..projections.ledger import Ledger
 from ..projections.schedule_table import ScheduleTable
 from ..seam import RunHandler, SchedulerUnavailable
@@ -87,6 +90,7 @@ class Runtime:
                              freshness=self.freshness, metrics=self.metrics)
         self.dispatcher: Dispatcher | None = None
         self.ticker: Ticker | None = None
+        self.presence: Presence | None = None
         self.admin: Service | None = None
         self.followers: list[Follower] = []
         self._background: list[asyncio.Task[None]] = []
@@ -110,6 +114,7 @@ class Runtime:
             runtime = cls(store, ledger=ledger, table=table, clock=clock, identity=identity,
                           metrics=metrics)
             await runtime._load_projections(settings)
+            await runtime._join()
         except BaseException:
             await store.close()
             raise
@@ -157,6 +162,33 @@ class Runtime:
                 with contextlib.suppress(Exception):
                     await self.leases.forget(run_id)
 
+    async def _join(self) -> None:
+        """Join the live replicas, so due times get one owner each (runtime/ticker.py).
+
+        Without it (a server or configuration that refuses the replicas bucket) this process
+        fires every due time itself, as every replica did before owners: correct, only more
+        work for the store when several replicas run.
+        """
+        try:
+            presence = await Presence.open(self.store.js, self.store.names, self._identity,
+                                           replicas=self.settings.replicas)
+            await presence.start()
+        except Exception as exc:
+            log.warning("could not join the live replicas (%s); this replica fires every "
+                        "due time itself", exc)
+            return
+        self.presence = presence
+
+    def _owns(self, deployment_id: str, due: datetime) -> bool:
+        presence = self.presence
+        if presence is None:
+            return True
+        members = presence.live()
+        return len(members) == 1 or owner(members, owner_key(deployment_id, due)) == self._identity
+
+    def _exists(self, deployment_id: str, due: datetime) -> bool:
+        return self.ledger.get(scheduled_run_id(deployment_id, due)) is not None
+
     def start_loops(self, handler: RunHandler, settings: NatsSettings, fire: Fire) -> None:
         """Start the dispatcher's recovery sweep, the ticker (firing through ``fire``), the
         retention loop and the warm-up of the last day's Runs.
@@ -178,7 +210,8 @@ class Runtime:
             gate=self.firing,
             metrics=self.metrics,
         )
-        ticker = Ticker(self._clock, fire, starts=dispatcher.starts)
+        ticker = Ticker(self._clock, fire, starts=dispatcher.starts, owns=self._owns,
+                        exists=self._exists)
         for record in self.table.all():
             ticker.update(record)
         self.table.subscribe(ticker.update)
@@ -260,6 +293,9 @@ class Runtime:
             # whole stop, and closing the connection below ends the subscriptions anyway.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(admin.stop(), ADMIN_STOP_SECONDS)
+        presence, self.presence = self.presence, None
+        if presence is not None:  # leave first: the others own our due times at once
+            await presence.stop()
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)

@@ -263,6 +263,7 @@ class Replica:
             "identity": self.provider.identity,
             "in_flight": dispatcher.in_flight if dispatcher else [],
             "fired": ticker.fired if ticker else 0,
+            "left_to_owner": ticker.left_to_owner if ticker else 0,
             "ticker_fires": self.provider.ticker_fires,
             "stale_fires": self.provider.stale_fires,
             "loop": self.loop.figures() if self.loop else None,
