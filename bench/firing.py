@@ -415,7 +415,8 @@ async def load_schedules(url: str, prefix: str, schedules: list[Schedule]) -> fl
 
 
 class CountingProvider(NatsSchedulerProvider):
-    """The provider, counting the due times its ticker fired (every replica fires each one)."""
+    """The provider, counting the due times its ticker fired (the owner's, and any another
+    replica fired after the owner's grace)."""
 
     def __init__(self, settings: NatsSettings) -> None:
         super().__init__(settings)
@@ -426,6 +427,13 @@ class CountingProvider(NatsSchedulerProvider):
             return await super().fire_due(deployment_id, due_at)
         finally:
             self.fired[due_at.isoformat()] += 1
+
+    async def fire_many(self, due_times: list[tuple[str, datetime]]) -> int:
+        try:
+            return await super().fire_many(due_times)
+        finally:
+            for _, due_at in due_times:
+                self.fired[due_at.isoformat()] += 1
 
 
 def pending_tasks(provider: NatsSchedulerProvider) -> int:

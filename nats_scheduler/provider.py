@@ -193,7 +193,7 @@ class NatsSchedulerProvider:
         self._running = await Runtime.connect(
             url_settings, ledger=self._ledger, table=self._table, clock=self._clock,
             identity=self._identity, meter_provider=self._meter_provider)
-        self._running.start_loops(handler, settings, self.fire_due)
+        self._running.start_loops(handler, settings, self.fire_due, self.fire_many)
         self._started = True
         if settings.admin_service:
             await self._serve_admin(self._running)
@@ -314,6 +314,10 @@ class NatsSchedulerProvider:
         record = await running.firing.fire_due(deployment_id, due_at)
         return None if record is None else record.to_run()
 
+    async def fire_many(self, due_times: list[tuple[str, datetime]]) -> int:
+        """Store the Runs of many due times at once: the ticker's path for a busy minute."""
+        return await self._require_started().firing.fire_many(due_times)
+
     async def enqueue(self, request: EnqueueRequest, *, reason: str | None = None) -> Run:
         """Run now or Replay: stored (PENDING) on return; the calendar does not move.
 
@@ -322,7 +326,7 @@ class NatsSchedulerProvider:
         running = self._require_started()
         validation.check_enqueue(request, reason)
         deployment_id = request.deployment_id
-        schedule = (await running.schedules.read(deployment_id)
+        schedule = (await running.current_schedule(deployment_id)
                     if validation.usable_id(deployment_id) else None)
         if schedule is None or schedule.deleted:
             raise ScheduleNotFound(f"deployment {deployment_id!r} has no schedule")

@@ -166,7 +166,8 @@ class _ReadGate:
     """Holds ``fire_due`` between its Schedule read and its create (a stalled loop).
 
     The read is the firing's: the Schedule table proven current by one shared confirmation
-    (runtime/freshness.py), or a leader read when that cannot be proven."""
+    (runtime/freshness.py), or a leader read when that cannot be proven. A firing reads
+    before it announces the Run and again right before the create: the second read is held."""
 
     def __init__(self, provider: NatsSchedulerProvider) -> None:
         assert provider.firing is not None
@@ -178,7 +179,7 @@ class _ReadGate:
     async def __call__(self, deployment_id: str):  # type: ignore[no-untyped-def]
         record = await self._read(deployment_id)
         self.reads += 1
-        if self.reads == 1:
+        if self.reads == 2:
             self.reached.set()
             await self.release.wait()
         return record
@@ -207,11 +208,11 @@ async def test_a_create_decided_on_an_aged_schedule_read_is_never_sent(
 
     if aged:
         assert run is None, "a create decided on an aged read must not be sent"
-        assert firing.stale_fires == 1 and gate.reads == 2
+        assert firing.stale_fires == 1 and gate.reads == 3
     else:
         # Control: a fresh read is acted on (the pause came within the read's age limit,
         # which is what the bound allows for).
-        assert run is not None and firing.stale_fires == 0 and gate.reads == 1
+        assert run is not None and firing.stale_fires == 0 and gate.reads == 2
 
 
 async def test_declared_bound_covers_the_read_age_limit() -> None:

@@ -23,6 +23,7 @@ import contextlib
 import itertools
 import logging
 import time
+from collections.abc import Sequence
 
 import msgspec
 import nats.errors
@@ -32,6 +33,9 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 log = logging.getLogger(__name__)
+
+Outgoing = tuple[str, bytes, "dict[str, str] | None"]
+"""(subject, data, headers) of one message to store."""
 
 SWEEP_SECONDS = 0.25
 """How often pending publishes are checked against their timeout (the timeout's resolution)."""
@@ -102,6 +106,43 @@ class AckedPublisher:
             return await future
         finally:
             self._pending.pop(token, None)
+
+    async def publish_many(self, messages: Sequence[Outgoing]) -> list[Ack | Exception]:
+        """Store many messages: all are sent, then every acknowledgement is awaited.
+
+        One result per message, in order: its acknowledgement, or the exception that refused
+        or lost it (never raised: each caller decides what a failure of one item means). No
+        task per message: the batch costs one coroutine however long it is.
+        """
+        if self._sub is None:
+            await self._start()
+        loop = asyncio.get_running_loop()
+        deadline = time.monotonic() + self._timeout
+        sent: list[tuple[str, asyncio.Future[Ack]]] = []
+        failure: Exception | None = None
+        for subject, data, headers in messages:
+            token = str(next(self._tokens))
+            future: asyncio.Future[Ack] = loop.create_future()
+            sent.append((token, future))
+            if failure is not None:
+                future.set_exception(failure)
+                continue
+            self._pending[token] = (future, deadline)
+            try:
+                await self._nc.publish(subject, data, reply=self._prefix + token,
+                                       headers=headers)
+            except Exception as exc:  # the connection closed: the rest fail alike
+                failure = exc
+                future.set_exception(exc)
+        results: list[Ack | Exception] = []
+        for token, future in sent:
+            try:
+                results.append(await future)
+            except Exception as exc:
+                results.append(exc)
+            finally:
+                self._pending.pop(token, None)
+        return results
 
     async def _on_reply(self, msg: Msg) -> None:
         pending = self._pending.get(msg.subject[len(self._prefix):])

@@ -15,14 +15,14 @@ starting at a time), widened until it holds a page, then the Runs' current state
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
 import msgspec
 from nats.aio.msg import Msg
 
 from ..core.events import RunRecord, decode_run_event
-from ..names import index_msg_id, untoken
+from ..names import HDR_MSG_ID, index_msg_id, untoken
 from .store import Store
 
 SLACK = timedelta(seconds=60)
@@ -112,6 +112,16 @@ class RunHistory:
         entry = IndexEntry(run_id=record.run_id, created_at=record.created_at)
         return await self._store.publish(self._names.index_subject(record.deployment_id),
                                          _encode(entry), msg_id=index_msg_id(record.run_id))
+
+    async def announce_many(self, records: Sequence[RunRecord]) -> list[int | Exception]:
+        """:meth:`announce` for many Runs at once (one pipelined batch; per-Run results)."""
+        names = self._names
+        acks = await self._store.acks.publish_many([
+            (names.index_subject(record.deployment_id),
+             _encode(IndexEntry(run_id=record.run_id, created_at=record.created_at)),
+             {HDR_MSG_ID: index_msg_id(record.run_id)})
+            for record in records])
+        return [ack if isinstance(ack, Exception) else ack.seq for ack in acks]
 
     # ------------------------------------------------------------------ reading
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
@@ -119,6 +119,13 @@ async def _attempt(call: Awaitable[T]) -> T | _Miss:
         if errors.is_transient(exc):
             return _Miss.BUSY
         raise
+
+
+async def _attempt_or_error(call: Awaitable[T]) -> T | Exception:
+    try:
+        return await call
+    except Exception as exc:
+        return exc
 
 
 class Leases:
@@ -276,6 +283,25 @@ class Leases:
                 return None
             return Lease(run_id, self._key(run_id), current[0], current[1])
         return Lease(run_id, self._key(run_id), ack.seq, value)
+
+    async def announce_many(self, run_ids: Sequence[str]) -> list[Lease | Exception | None]:
+        """:meth:`announce` for many Runs at once (one pipelined batch; per-Run results).
+
+        A key that already exists is looked at on its own (:meth:`announce`: ours after a
+        lost acknowledgement, or another replica's)."""
+        values = [self._value(run_id) for run_id in run_ids]
+        acks = await self._store.acks.publish_many([
+            (self._subject(run_id), _encode(value), {HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: "0"})
+            for run_id, value in zip(run_ids, values, strict=True)])
+        results: list[Lease | Exception | None] = []
+        for run_id, value, ack in zip(run_ids, values, acks, strict=True):
+            if not isinstance(ack, Exception):
+                results.append(Lease(run_id, self._key(run_id), ack.seq, value))
+            elif errors.is_conflict(ack):
+                results.append(await _attempt_or_error(self.announce(run_id)))
+            else:
+                results.append(ack)
+        return results
 
     async def forget(self, run_id: str) -> None:
         """Close the key of a Run that was announced but never stored."""

@@ -9,9 +9,12 @@ event is appended on the sequence the writer last saw: the single-writer rule.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..core.events import RunCreated, RunEventType, RunRecord, decode_run_event, encode
-from ..names import run_event_msg_id
+from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_MSG_ID, run_event_msg_id
 from ..projections.ledger import Ledger
+from . import errors
 from .errors import Conflict
 from .history import RunHistory
 from .leases import Lease, Leases
@@ -60,6 +63,26 @@ class RunLog:
                                            lambda: leases.announce(run.run_id))
         return seq, lease
 
+    async def announce_many(
+        self, runs: Sequence[RunRecord]
+    ) -> list[tuple[int | None, Lease | None] | Exception]:
+        """:meth:`announce` for many Runs: one pipelined batch of entries, one of keys."""
+        entries: list[int | Exception | None] = (
+            [None] * len(runs) if self._history is None
+            else list(await self._history.announce_many(runs)))
+        keys: list[Lease | Exception | None] = (
+            [None] * len(runs) if self._leases is None
+            else await self._leases.announce_many([run.run_id for run in runs]))
+        results: list[tuple[int | None, Lease | None] | Exception] = []
+        for entry, key in zip(entries, keys, strict=True):
+            if isinstance(entry, Exception):
+                results.append(entry)
+            elif isinstance(key, Exception):
+                results.append(key)
+            else:
+                results.append((entry, key))
+        return results
+
     async def create(
         self, event: RunCreated, *, msg_id: str, retry_seconds: float | None = None
     ) -> tuple[int, RunRecord, bool]:
@@ -88,6 +111,43 @@ class RunLog:
         self._wrote(subject, seq)
         self._ledger.apply(seq, run)
         return seq, run, True
+
+    async def create_many(
+        self, events: Sequence[RunCreated], msg_ids: Sequence[str]
+    ) -> list[tuple[int, RunRecord, bool] | Exception]:
+        """:meth:`create` for many Runs, each sent once, in one pipelined batch.
+
+        Per-Run results: (sequence, stored record, whether THIS call created it), or the
+        exception that lost it. A Run someone else stored first is read back.
+        """
+        subjects = [self._names.run_subject(event.run.deployment_id, event.run.run_id)
+                    for event in events]
+        acks = await self._store.acks.publish_many([
+            (subject, encode(event),
+             {HDR_MSG_ID: msg_id, HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: "0"})
+            for subject, event, msg_id in zip(subjects, events, msg_ids, strict=True)])
+        results: list[tuple[int, RunRecord, bool] | Exception] = []
+        for subject, event, ack in zip(subjects, events, acks, strict=True):
+            run = event.run
+            if isinstance(ack, Exception) and not errors.is_conflict(ack):
+                results.append(ack)
+            elif isinstance(ack, Exception) or ack.duplicate:
+                try:
+                    existing = await self.fetch(run.deployment_id, run.run_id)
+                except Exception as exc:
+                    results.append(exc)
+                    continue
+                if existing is None:  # pragma: no cover - a Run subject is never emptied
+                    results.append(RuntimeError(f"run {run.run_id} vanished"))
+                    continue
+                seq, record = existing
+                results.append((seq, record, record.created_at == run.created_at
+                                and record == run))
+            else:
+                self._wrote(subject, ack.seq)
+                self._ledger.apply(ack.seq, run)
+                results.append((ack.seq, run, True))
+        return results
 
     async def append(self, expected_seq: int, event: RunEventType) -> int:
         """Append a later event of a Run on the sequence the writer last saw.

@@ -37,7 +37,6 @@ from ..seam import (
 from .deadlines import Deadlines
 from .firing import NOT_STARTED_AFTER_PAUSE
 from .metrics import Metrics
-from .priority import StartsFirst
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +54,14 @@ class Gate(Protocol):
     async def may_start(self, record: RunRecord, *, vetted: bool) -> bool: ...
 
 
+HELD_RUNS_MIN = 256
+"""Runs one process dispatches at once at least (four per allowed handler call otherwise).
+
+Each held Run's lease is renewed every third of its length, so holding thousands at once
+(all the Runs of a busy minute) would spend the store's time on renewals; a bounded set
+held briefly keeps renewals rare and the rest wait unclaimed (docs/architecture.md)."""
+
+
 class _LostRun(Exception):
     """This process no longer holds the Run (lease lost or another writer appended)."""
 
@@ -67,8 +74,7 @@ class _Holding:
         self.renewing = asyncio.Lock()  # the renewer and a fenced append never race their CAS
         self.lost = False
         self.in_call = False
-        self.heading_for_start = False
-        """A fresh Run counted in :attr:`Dispatcher.starts` until its first start."""
+
         self.seq = 0
         self.record: RunRecord | None = None
 
@@ -100,8 +106,7 @@ class Dispatcher:
         self._call_timeout = call_timeout
         self._calls = asyncio.Semaphore(max_concurrent)
         self._deadlines = Deadlines()
-        self.starts = StartsFirst(self._deadlines)
-        """Fresh Runs heading for their first start go before other Runs' bookkeeping."""
+        self._held = asyncio.Semaphore(max(HELD_RUNS_MIN, 4 * max_concurrent))
         self._claim_grace = timedelta(seconds=claim_grace)
         self._gate = gate
         self._metrics = metrics or Metrics.disabled()
@@ -124,8 +129,6 @@ class Dispatcher:
             return
         if vetted:
             self._vetted.add(run_id)
-        if held is not None:
-            self.starts.begin()  # ended by _first_start_reached
         task = asyncio.create_task(self._dispatch(run_id, held), name=f"dispatch {run_id}")
         self._tasks[run_id] = task
 
@@ -177,7 +180,6 @@ class Dispatcher:
         are cancelled. Either way the lease is released and the Run stays recoverable.
         """
         self._stopping = True
-        self.starts.release()
         for run_id, task in list(self._tasks.items()):
             holding = self._holdings.get(run_id)
             if holding is None or not holding.in_call:
@@ -194,9 +196,11 @@ class Dispatcher:
     # ------------------------------------------------------------------ one Run
 
     async def _dispatch(self, run_id: str, held: Held | None) -> None:
+        async with self._held:
+            await self._hold(run_id, held)
+
+    async def _hold(self, run_id: str, held: Held | None) -> None:
         if self._stopping:
-            if held is not None:
-                self.starts.end()
             return
         if held is not None:
             lease = held.lease
@@ -206,7 +210,6 @@ class Dispatcher:
                 return
             lease, _previous_holder = acquired
         holding = _Holding(lease)
-        holding.heading_for_start = held is not None
         self._holdings[run_id] = holding
         self._metrics.holding(+1)
         me = asyncio.current_task()
@@ -223,7 +226,6 @@ class Dispatcher:
                 await self._hand_back(holding)
             raise
         finally:
-            self._first_start_reached(holding)
             renewer.cancel()
             self._holdings.pop(run_id, None)
             self._metrics.holding(-1)
@@ -292,13 +294,6 @@ class Dispatcher:
         try:
             session_id = await self._call(self._handler.start_session,
                                           runcore.invocation(holding.record), holding)
-            if holding.heading_for_start:
-                self._first_start_reached(holding)
-                holding.in_call = True  # a drain lets this finish: the Session exists
-                try:
-                    await self.starts.after_starts()
-                finally:
-                    holding.in_call = False
             if holding.record.session_id is None:
                 await self._append(holding, runcore.session_started(
                     holding.record, session_id=session_id, now=self._clock.now(),
@@ -370,11 +365,6 @@ class Dispatcher:
         if not isinstance(result, str) or not result:
             raise ValueError(f"the handler returned {type(result).__name__}, not an ID")
         return result
-
-    def _first_start_reached(self, holding: _Holding) -> None:
-        if holding.heading_for_start:
-            holding.heading_for_start = False
-            self.starts.end()
 
     async def _append(self, holding: _Holding, event: RunEventType) -> None:
         """Append on the last sequence this holder saw, and only while it holds the lease.

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -59,6 +59,12 @@ NOT_STARTED_AFTER_PAUSE = (
 Submit = Callable[[RunRecord, bool, Held | None, bool], None]
 """Hand a Run to the dispatcher: (record, vetted, the lease this process holds, whether this
 process stored it)."""
+
+FIRE_BATCH = 256
+"""Due times stored per pipelined batch by :meth:`Firing.fire_many`."""
+
+ONE_BY_ONE_CONCURRENCY = 32
+"""Due times a batch hands back to :meth:`Firing.fire_due` are fired this many at a time."""
 
 CONFIRMATION_REUSE = 0.05
 """Seconds one confirmation of the Schedule table serves the firings that follow it."""
@@ -111,8 +117,12 @@ class Firing:
                 raise InvalidSchedule(
                     f"{due.isoformat()} is not a due time of deployment {deployment_id!r}"
                 )
-            if announced is None:  # once: its history entry and open key, before the create
+            if announced is None:
+                # Once: its history entry and open key, before the create. Then read again,
+                # so the create leaves within FIRE_READ_MAX_AGE of a read even when the
+                # announce waited on a busy store.
                 announced = await self.runs.announce(self._event(record, due, read_at).run)
+                continue
             # Past the deadline a busy process still fires (liveness): the create may then
             # leave on an older read, and the gate checks such a Run against the Schedule
             # as it stood when the Run was stored.
@@ -161,17 +171,118 @@ class Firing:
         seq, stored, created = await self.runs.create(
             event, msg_id=scheduled_create_msg_id(record.deployment_id, due), retry_seconds=0
         )
-        if created or lease is not None:
-            # Acknowledged within the bound of the read: stored within it too, so the gate
-            # need not look at it. (Stored by another replica but announced by this one:
-            # this one holds its lease, so it dispatches it; the gate then looks.)
-            acked = self.clock.now()
-            if created:
-                self.metrics.fire_lateness("stored", due, acked)
-            vetted = created and (acked - read_at).total_seconds() <= PAUSE_VISIBILITY_SECONDS
-            self.submit(stored, vetted, None if lease is None else Held(lease, seq, stored),
-                        created)
+        self._settle(stored, seq, created, lease, read_at)
         return stored
+
+    def _settle(self, stored: RunRecord, seq: int, created: bool, lease: Lease | None,
+                read_at: datetime) -> None:
+        """Hand a Run this process stored, or holds the key of, to the dispatcher."""
+        if not (created or lease is not None):
+            return
+        # Acknowledged within the bound of the read: stored within it too, so the gate need
+        # not look at it. (Stored by another replica but announced by this one: this one
+        # holds its lease, so it dispatches it; the gate then looks.)
+        acked = self.clock.now()
+        if created and stored.due_at is not None:
+            self.metrics.fire_lateness("stored", stored.due_at, acked)
+        vetted = created and (acked - read_at).total_seconds() <= PAUSE_VISIBILITY_SECONDS
+        self.submit(stored, vetted, None if lease is None else Held(lease, seq, stored), created)
+
+    # ------------------------------------------------------------------ many due times
+
+    async def fire_many(self, due_times: Sequence[tuple[str, datetime]]) -> int:
+        """Store the Runs of many due times: the ticker's path when Schedules share a minute.
+
+        The protocol of :meth:`fire_due`, a batch at a time: one confirmation of the Schedule
+        table for the whole batch, the announcements and the creates each sent as one
+        pipelined batch (jetstream/acks.py), every create leaving within
+        ``FIRE_READ_MAX_AGE`` of a confirmation. Whatever a batch cannot settle (no
+        confirmation, a store error on one item) goes through :meth:`fire_due` one by one.
+        Returns how many due times were handled.
+        """
+        for start in range(0, len(due_times), FIRE_BATCH):
+            await self._fire_batch(due_times[start:start + FIRE_BATCH])
+        return len(due_times)
+
+    async def _fire_batch(self, due_times: Sequence[tuple[str, datetime]]) -> None:
+        if self.freshness is None or self.table is None:
+            await self._one_by_one(due_times)
+            return
+        proven = await self.freshness.confirm(reuse=CONFIRMATION_REUSE)
+        if proven is None:
+            await self._one_by_one(due_times)
+            return
+        plans = self._plans(due_times)
+        announced = await self.runs.announce_many(
+            [self._event(record, due, proven).run for record, due in plans])
+        leftovers = [(record.deployment_id, due) for (record, due), outcome
+                     in zip(plans, announced, strict=True) if isinstance(outcome, Exception)]
+        ready = [(record, due, outcome) for (record, due), outcome
+                 in zip(plans, announced, strict=True) if not isinstance(outcome, Exception)]
+        deadline = asyncio.get_running_loop().time() + self.store.retry_seconds
+        while ready:
+            proven = await self.freshness.confirm(reuse=CONFIRMATION_REUSE)
+            if (proven is None or not self.store.connected
+                    or asyncio.get_running_loop().time() > deadline):
+                leftovers += [(record.deployment_id, due) for record, due, _ in ready]
+                break
+            # as the table stands now: a Schedule paused meanwhile is left out (its
+            # announcement stays unstored, which reads skip)
+            current = {record.deployment_id for record, _ in self._plans(
+                [(record.deployment_id, due) for record, due, _ in ready])}
+            ready = [(self.table.get(record.deployment_id) or record, due, outcome)
+                     for record, due, outcome in ready if record.deployment_id in current]
+            now = self.clock.now()
+            if (now - proven).total_seconds() > FIRE_READ_MAX_AGE:
+                self.stale_fires += 1
+                self.metrics.stale_fire_read()
+                continue
+            await self._create_batch(ready, proven, now, leftovers)
+            break
+        if leftovers:
+            await self._one_by_one(leftovers)
+
+    async def _create_batch(
+        self, ready: list[tuple[ScheduleRecord, datetime, tuple[int | None, Lease | None]]],
+        read_at: datetime, now: datetime, leftovers: list[tuple[str, datetime]],
+    ) -> None:
+        events = [runcore.indexed(self._event(record, due, now), index_seq)
+                  for record, due, (index_seq, _) in ready]
+        msg_ids = [scheduled_create_msg_id(record.deployment_id, due) for record, due, _ in ready]
+        results = await self.runs.create_many(events, msg_ids)
+        for (record, due, (_, lease)), result in zip(ready, results, strict=True):
+            if isinstance(result, Exception):
+                leftovers.append((record.deployment_id, due))
+                continue
+            seq, stored, created = result
+            self._settle(stored, seq, created, lease, read_at)
+
+    def _plans(self, due_times: Sequence[tuple[str, datetime]]
+               ) -> list[tuple[ScheduleRecord, datetime]]:
+        """The due times whose Schedule is active and still has them, from the table."""
+        assert self.table is not None
+        plans = []
+        for deployment_id, due in due_times:
+            record = self.table.get(deployment_id)
+            if record is None or not record.active:
+                continue
+            if not calendar.is_due_time(record.cron, record.timezone, due):
+                continue  # its calendar changed since the ticker planned it
+            plans.append((record, due))
+        return plans
+
+    async def _one_by_one(self, due_times: Sequence[tuple[str, datetime]]) -> None:
+        """:meth:`fire_due` for each, a few at a time; failures are logged, not raised."""
+        limit = asyncio.Semaphore(ONE_BY_ONE_CONCURRENCY)
+
+        async def one(deployment_id: str, due: datetime) -> None:
+            async with limit:
+                try:
+                    await self.fire_due(deployment_id, due)
+                except Exception:
+                    log.exception("firing %s at %s failed", deployment_id, due.isoformat())
+
+        await asyncio.gather(*(one(deployment_id, due) for deployment_id, due in due_times))
 
     def _event(self, record: ScheduleRecord, due: datetime, now: datetime) -> RunCreated:
         return runcore.create(

@@ -55,18 +55,20 @@ class Freshness:
                       reuse: float = 0.0) -> datetime | None:
         """The instant at which the table was proven to hold every stored Schedule event.
 
-        None when it could not be proven (the consumer lags or the store failed). ``since``
-        (event-loop time): only a confirmation started at or after it will do. ``reuse``:
-        a finished confirmation started less than this many seconds ago will do.
+        None when it could not be proven (the consumer lags or the store failed). One in
+        flight is joined; ``since`` (event-loop time): only a confirmation started at or
+        after it will do. ``reuse``: a finished confirmation younger than this many seconds
+        (by the event loop's time and by the clock) will do.
         """
         loop = asyncio.get_running_loop()
-        floor = loop.time() if since is None else since
         started, proven = self._last
-        if reuse > 0 and started >= floor - reuse and proven is not None:
-            return proven
+        if (reuse > 0 and proven is not None and started >= loop.time() - reuse
+                and (since is None or started >= since)
+                and (self._clock.now() - proven).total_seconds() <= reuse):
+            return proven  # recent by the event loop's time and by the injected clock
         while True:
             inflight = self._inflight
-            if inflight is not None and self._inflight_started >= floor - reuse:
+            if inflight is not None and (since is None or self._inflight_started >= since):
                 return await asyncio.shield(inflight)
             if inflight is None:
                 return await self._run(loop)

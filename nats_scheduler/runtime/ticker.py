@@ -28,11 +28,12 @@ from datetime import datetime, timedelta
 from ..clock import Clock
 from ..core import calendar
 from ..core.events import ScheduleRecord
-from .priority import StartsFirst
 
 log = logging.getLogger(__name__)
 
 Fire = Callable[[str, datetime], Awaitable[object]]
+FireMany = Callable[[list[tuple[str, datetime]]], Awaitable[object]]
+"""Fire several due times at once (pipelined; runtime/firing.py ``Firing.fire_many``)."""
 Check = Callable[[str, datetime], bool]
 """(deployment, due time) -> bool: whether this process owns it / whether its Run exists."""
 
@@ -44,19 +45,22 @@ class Ticker:
     """Heap of next due times, one entry per active Schedule."""
 
     def __init__(self, clock: Clock, fire: Fire, *, max_concurrent_fires: int = 256,
-                 starts: StartsFirst | None = None, owns: Check | None = None,
+                 owns: Check | None = None, fire_many: FireMany | None = None,
+                 batch: int = 256, max_concurrent_batches: int = 4,
                  exists: Check | None = None, grace: float = OWNER_GRACE_SECONDS) -> None:
         self._clock = clock
         self._fire = fire
         self._owns = owns
+        self._fire_many = fire_many
+        self._batch = batch
+        self._batches = asyncio.Semaphore(max_concurrent_batches)
         self._exists = exists
         self._grace = timedelta(seconds=grace)
         self._fallbacks: list[tuple[datetime, int, str, datetime]] = []
         """(when to look, generation, deployment, due time) of due times left to an owner."""
         self.left_to_owner = 0
         """Due times this process left to another replica that fired them in time."""
-        self._starts = starts
-        """Told of every firing in progress: it heads for a start (runtime/priority.py)."""
+
         self._heap: list[tuple[datetime, int, str]] = []
         self._current: dict[str, tuple[int, str, str]] = {}  # dep -> (generation, cron, tz)
         self._generation = 0
@@ -143,13 +147,14 @@ class Ticker:
 
     def _fire_all_due(self) -> None:
         now = self._clock.now()
+        due_now: list[tuple[str, datetime]] = []
         while self._heap and self._heap[0][0] <= now:
             due, generation, dep = heapq.heappop(self._heap)
             known = self._current.get(dep)
             if known is None or known[0] != generation:
                 continue
             if self._owns is None or self._owns(dep, due):
-                self._spawn(dep, due)
+                due_now.append((dep, due))
             else:
                 heapq.heappush(self._fallbacks, (due + self._grace, generation, dep, due))
             following = calendar.next_due(known[1], known[2], due)
@@ -164,11 +169,29 @@ class Ticker:
             if self._exists is not None and self._exists(dep, due):
                 self.left_to_owner += 1
                 continue
-            self._spawn(dep, due)
+            due_now.append((dep, due))
+        if self._fire_many is not None and len(due_now) > 1:
+            for start in range(0, len(due_now), self._batch):
+                self._spawn_batch(due_now[start:start + self._batch])
+        else:
+            for dep, due in due_now:
+                self._spawn(dep, due)
+
+    def _spawn_batch(self, due_times: list[tuple[str, datetime]]) -> None:
+        task = asyncio.create_task(self._fire_batch(due_times))
+        self._fires.add(task)
+        task.add_done_callback(self._fires.discard)
+
+    async def _fire_batch(self, due_times: list[tuple[str, datetime]]) -> None:
+        assert self._fire_many is not None
+        async with self._batches:
+            try:
+                await self._fire_many(due_times)
+                self.fired += len(due_times)
+            except Exception:
+                log.exception("firing %d due times failed", len(due_times))
 
     def _spawn(self, deployment_id: str, due: datetime) -> None:
-        if self._starts is not None:
-            self._starts.begin()
         task = asyncio.create_task(self._fire_one(deployment_id, due))
         self._fires.add(task)
         task.add_done_callback(self._fires.discard)
@@ -180,9 +203,7 @@ class Ticker:
                 self.fired += 1
             except Exception:
                 log.exception("firing %s at %s failed", deployment_id, due.isoformat())
-            finally:
-                if self._starts is not None:
-                    self._starts.end()
+
 
     async def wait_fires(self, timeout: float) -> None:
         """Wait for firings in progress (used at stop)."""

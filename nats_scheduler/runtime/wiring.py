@@ -26,7 +26,7 @@ from typing import Protocol
 from opentelemetry.metrics import MeterProvider
 
 from ..clock import Clock
-from ..core.events import RunRecord, decode_run_event, decode_schedule_event
+from ..core.events import RunRecord, ScheduleRecord, decode_run_event, decode_schedule_event
 from ..core.ownership import owner, owner_key
 from ..core.runcore import RetryPolicy
 from ..jetstream.connection import connect
@@ -47,7 +47,7 @@ from .firing import Firing
 from .freshness import Freshness
 from .metrics import Metrics
 from .reads import RunReads, load_ledger, load_recent
-from .ticker import Fire, Ticker
+from .ticker import Fire, FireMany, Ticker
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +189,8 @@ class Runtime:
     def _exists(self, deployment_id: str, due: datetime) -> bool:
         return self.ledger.get(scheduled_run_id(deployment_id, due)) is not None
 
-    def start_loops(self, handler: RunHandler, settings: NatsSettings, fire: Fire) -> None:
+    def start_loops(self, handler: RunHandler, settings: NatsSettings, fire: Fire,
+                    fire_many: FireMany | None = None) -> None:
         """Start the dispatcher's recovery sweep, the ticker (firing through ``fire``), the
         retention loop and the warm-up of the last day's Runs.
 
@@ -210,7 +211,7 @@ class Runtime:
             gate=self.firing,
             metrics=self.metrics,
         )
-        ticker = Ticker(self._clock, fire, starts=dispatcher.starts, owns=self._owns,
+        ticker = Ticker(self._clock, fire, fire_many=fire_many, owns=self._owns,
                         exists=self._exists)
         for record in self.table.all():
             ticker.update(record)
@@ -249,6 +250,16 @@ class Runtime:
             except Exception:
                 log.warning("applying the history retention failed; trying again later",
                             exc_info=True)
+
+    async def current_schedule(self, deployment_id: str) -> ScheduleRecord | None:
+        """The Schedule as stored when this call began, every change before it included.
+
+        From the Schedule table when a confirmation started after this call proves it
+        current (:mod:`.freshness`; concurrent callers share one), else from the leader."""
+        proven = await self.freshness.confirm(since=asyncio.get_running_loop().time())
+        if proven is not None:
+            return self.table.get(deployment_id)
+        return await self.schedules.read(deployment_id)
 
     def _schedules_position(self) -> int:
         """The Schedule stream sequence the Schedule table has applied up to."""

@@ -130,6 +130,10 @@ class ReplicaProvider(NatsSchedulerProvider):
         self.ticker_fires.append((deployment_id, due_at.isoformat()))
         return await super().fire_due(deployment_id, due_at)
 
+    async def fire_many(self, due_times: list[tuple[str, datetime]]) -> int:
+        self.ticker_fires.extend((dep, due.isoformat()) for dep, due in due_times)
+        return await super().fire_many(due_times)
+
     async def fire_unrecorded(self, deployment_id: str, due_at: datetime) -> Run | None:
         """``fire_due`` as a command, not noted as a ticker fire."""
         return await super().fire_due(deployment_id, due_at)
