@@ -1,6 +1,6 @@
 """Which live replica owns a due time: rendezvous (highest-random-weight) hashing.
 
-Every replica fires every due time it sees; the store lets exactly one Run win. Naming an
+Any replica may fire any due time it sees; the store lets exactly one Run win. Naming an
 owner per (deployment, due time) lets the others hold back, so the server does the work of
 one create per due time instead of one per replica. The choice must be the same on every
 replica that sees the same members, whatever order it learnt them in, and must survive a

@@ -56,13 +56,13 @@ async def test_clocks_stepped_by_minutes_neither_double_nor_invent_due_times(
     await b.step_clock(STEP)
     await eventually(lambda: _at_least(b, "tick", 2), timeout=10)
     await b.step_clock(-STEP)
-    # ... and a's does the same a moment later: the same due times, fired twice, one Run each
+    # ... and a's does the same a moment later: the same due times. Those it does not own
+    # and already have a Run it leaves to their owner; any it fires still make one Run each.
     await a.step_clock(STEP)
-    await eventually(lambda: _at_least(a, "tick", 2), timeout=10)
+    await eventually(lambda: _handled_at_least(a, "tick", 2), timeout=10)
     await a.step_clock(-STEP)
     fired_a, fired_b = await ticker_fires(a, "tick"), await ticker_fires(b, "tick")
-    both = fired_a & fired_b
-    assert len(both) >= 2, (fired_a, fired_b)
+    assert len(fired_b) >= 2, fired_b
     await a.send("delete", deployment="tick")
 
     runs = (await a.send("list_runs", deployment="tick"))["runs"]
@@ -70,7 +70,7 @@ async def test_clocks_stepped_by_minutes_neither_double_nor_invent_due_times(
     for run in runs:
         by_due.setdefault(datetime.fromisoformat(run["due_at"]), []).append(run["run_id"])
     assert all(len(ids) == 1 for ids in by_due.values()), by_due  # none doubled
-    assert both <= set(by_due)
+    assert fired_a | fired_b <= set(by_due)
     assert all(calendar.is_due_time("* * * * *", "UTC", due) for due in by_due)  # none invented
     await _finished(a, "tick", len(runs))
     # A clock ahead fires early: a due time within STEP of the replicas' lives is theirs.
@@ -107,6 +107,12 @@ async def test_no_lease_is_taken_from_a_live_holder_whatever_the_clocks_say(
 def _hanging(handler: SqliteRunHandler, run_ids: list[str]) -> set[str]:
     hangs = [c for c in handler.calls() if c.outcome == "hang" and c.run_id in run_ids]
     return {c.process for c in hangs} if len({c.run_id for c in hangs}) == 3 else set()
+
+
+async def _handled_at_least(replica: ReplicaProcess, deployment: str, count: int) -> bool:
+    """Due times of ``deployment`` fired, or left to their owner because a Run existed."""
+    left = (await replica.send("status"))["left_to_owner"]
+    return len(await ticker_fires(replica, deployment)) + left >= count
 
 
 async def _at_least(replica: ReplicaProcess, deployment: str, count: int) -> bool:
