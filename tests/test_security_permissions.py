@@ -290,7 +290,9 @@ async def test_auditor_views_streams_kv_and_watches_events(tmp_path: Path) -> No
                 await replica.start()
                 try:  # the live replicas, as `nats kv ls SCHED_REPLICAS` shows them
                     replicas = await nc.jetstream(timeout=2.0).key_value(NAMES.replicas_bucket)
-                    assert await replicas.keys() == ["replica-1"]
+                    # the running provider has joined too
+                    assert sorted(await replicas.keys()) == sorted(
+                        ["replica-1", NAMES.replica_key(provider.identity)])
                     entry = await replicas.get("replica-1")
                     assert b'"identity":"replica-1"' in (entry.value or b"")
                 finally:

@@ -316,15 +316,16 @@ async def _jetstream_check(nc: Client, log: ViolationLog) -> Check:
 def _wanted_configs(nc: Client, settings: NatsSettings) -> list[StreamConfig]:
     names = Names(settings.prefix)
     configs = Store(nc, settings).stream_configs()
-    configs.append(StreamConfig(name=f"KV_{names.leases_bucket}",
-                                subjects=[f"$KV.{names.leases_bucket}.>"]))
+    for bucket in (names.leases_bucket, names.replicas_bucket):
+        configs.append(StreamConfig(name=f"KV_{bucket}", subjects=[f"$KV.{bucket}.>"]))
     return configs
 
 
 async def _stream_checks(
     nc: Client, settings: NatsSettings, log: ViolationLog
 ) -> tuple[list[Check], dict[str, int], str | None]:
-    """One check per stream (and the lease bucket); also the replicas and cluster found."""
+    """One check per stream (and the lease and replicas buckets); also the replicas and
+    cluster found."""
     js = nc.jetstream(timeout=_TIMEOUT)
     checks: list[Check] = []
     replicas: dict[str, int] = {}
