@@ -12,20 +12,27 @@ burns while nothing is due.
 What it does, on one nats-server started here:
 
 1. Reference (a): the raw rate of gathered acknowledged publishes (64 concurrent callers) of
-   Schedule-sized messages to the same server: an apply is one read of the Schedule's last
-   event and one conditional publish, so it cannot beat this.
+   Schedule-sized messages to the same server: an apply is at least one conditional publish
+   (and a leader read when this process's copy of the Schedule is stale), so it cannot beat
+   this.
 2. Applies N enabled ``M H * * *`` Schedules (minutes and hours varied, several time zones)
    through the provider's public ``apply`` with 64 concurrent callers, from a loader whose
-   ManualClock never moves (it never fires). Every Schedule's next due time is at least
-   ``QUIET`` after the bench started, so the idle window below has no due time in it.
+   ManualClock never moves (it never fires), then ``reconcile`` of the same N (unchanged,
+   as at an AstraBox restart), and stores one Run (a retention pass over a store without
+   any Run skips its purges, so the figure would flatter it). Every Schedule's next due
+   time is at least ``QUIET`` after the bench started, so the idle windows below have no
+   due time in them.
 3. Reference (b): the raw replay of the N Schedule subjects (an ordered consumer, last message
    per subject, nothing decoded): the floor of what a replica's start-up reads.
 4. Starts replica processes (a child mode of this script, real clock, admin service on, as in
    production) and measures each from outside: ``start()`` time (measured inside the child),
-   resident memory (VmRSS, and VmHWM the peak) after start, and its CPU over an idle window
-   (``/proc/<pid>/stat`` utime+stime deltas over wall time). First a replica of an empty
-   prefix (the reference: what a replica costs with no Schedule), then one holding the N.
-   The nats-server's own CPU over each window is printed beside it.
+   resident memory (VmRSS) after the idle window and VmHWM (the peak, retention pass
+   included), and its CPU over an idle window (``/proc/<pid>/stat`` utime+stime deltas over
+   wall time). Then one history-retention pass, which a replica runs every
+   ``retention_interval`` over every Schedule's deployment, with its CPU amortized over that
+   interval: idle CPU is the window's plus that share. First a replica of an empty prefix
+   (the reference: what a replica costs with no Schedule), then one holding the N. The
+   nats-server's own CPU over the same spans is printed beside them.
 
 Nothing is asserted; figures and ratios are printed.
 """
@@ -37,6 +44,7 @@ import asyncio
 import json
 import os
 import random
+import resource
 import sys
 import tempfile
 import time
@@ -53,7 +61,7 @@ from nats_scheduler.core import calendar
 from nats_scheduler.core.events import ScheduleApplied, ScheduleRecord, encode
 from nats_scheduler.names import Names
 from nats_scheduler.natsserver.process import NatsServer
-from nats_scheduler.seam import RunPayload, Schedule
+from nats_scheduler.seam import EnqueueRequest, RunPayload, Schedule, Trigger
 from nats_scheduler.testing.handler import RecordingRunHandler
 
 CALLERS = 64
@@ -105,8 +113,14 @@ def settings_for(url: str, prefix: str, count: int, **extra: Any) -> NatsSetting
     return NatsSettings(url=url, prefix=prefix, max_active_schedules=max(count, 1), **extra)
 
 
-async def apply_all(url: str, schedules: list[Schedule]) -> float:
-    """Apply through a loader provider that never fires; returns applies per second."""
+async def apply_all(url: str, schedules: list[Schedule]) -> tuple[float, float]:
+    """Apply through a loader provider that never fires, then reconcile the same Schedules,
+    then store one Run (Run now) so the store has a Run history, as in production.
+
+    Returns applies per second (``CALLERS`` concurrent callers) and Schedules reconciled
+    per second (``reconcile`` is one call that applies them one after the other; here every
+    one is unchanged, as at an AstraBox restart).
+    """
     provider = NatsSchedulerProvider(
         settings_for(url, PREFIX, len(schedules), admin_service=False),
         clock=ManualClock(datetime.now(UTC)))
@@ -121,7 +135,14 @@ async def apply_all(url: str, schedules: list[Schedule]) -> float:
     try:
         began = time.perf_counter()
         await asyncio.gather(*(one(s) for s in schedules))
-        return len(schedules) / max(time.perf_counter() - began, 1e-9)
+        applied = len(schedules) / max(time.perf_counter() - began, 1e-9)
+        began = time.perf_counter()
+        await provider.reconcile(schedules)
+        reconciled = len(schedules) / max(time.perf_counter() - began, 1e-9)
+        # One Run in the store: a retention pass over a store with no Run skips its purges.
+        await provider.enqueue(EnqueueRequest(schedules[0].deployment_id, Trigger.RUN_NOW))
+        await provider.wait_idle()
+        return applied, reconciled
     finally:
         await provider.stop()
 
@@ -200,8 +221,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
+def own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 async def child_main(url: str, prefix: str, count: int) -> None:
-    """One replica: start, say how long it took, hold the Schedules until stdin closes."""
+    """One replica: start, say how long it took, hold the Schedules until stdin closes.
+
+    A ``retention`` line on stdin runs one history-retention pass now (it visits every
+    Schedule's deployment; the replica runs one every ``retention_interval``) and answers
+    its wall time and this process's CPU time.
+    """
     provider = NatsSchedulerProvider(settings_for(url, prefix, count))
     provider.configure()
     began = time.perf_counter()
@@ -211,7 +242,11 @@ async def child_main(url: str, prefix: str, count: int) -> None:
     assert ticker is not None
     print(json.dumps({"start_s": started, "planned": ticker.planned,
                       "rss_kb": _status_kb("self", "VmRSS")}), flush=True)
-    await asyncio.to_thread(sys.stdin.read)  # until the parent closes our stdin
+    while (await asyncio.to_thread(sys.stdin.readline)).strip() == "retention":
+        began, cpu = time.perf_counter(), own_cpu()
+        await provider.enforce_retention()
+        print(json.dumps({"retention_s": time.perf_counter() - began,
+                          "retention_cpu_s": own_cpu() - cpu}), flush=True)
     print(json.dumps({"fired": ticker.fired}), flush=True)
     await provider.stop()
 
@@ -232,6 +267,13 @@ class Replica:
     server_cpu: float
     """The nats-server's CPU share over the same window, percent."""
     fired: int
+    retention_s: float
+    """Wall time of one history-retention pass."""
+    retention_cpu: float
+    """The replica's CPU seconds in that pass."""
+    retention_server_cpu: float
+    """The nats-server's CPU seconds during that pass."""
+    retention_interval: float
 
 
 async def measure_replica(server: NatsServer, label: str, prefix: str, count: int,
@@ -251,7 +293,13 @@ async def measure_replica(server: NatsServer, label: str, prefix: str, count: in
         window = time.monotonic() - wall
         idle = (cpu_seconds(proc.pid) - cpu) / window * 100
         served = (cpu_seconds(server.pid) - server_cpu) / window * 100
-        rss, peak = _status_kb(proc.pid, "VmRSS") / 1024, _status_kb(proc.pid, "VmHWM") / 1024
+        rss = _status_kb(proc.pid, "VmRSS") / 1024
+        server_cpu = cpu_seconds(server.pid)
+        proc.stdin.write(b"retention\n")
+        await proc.stdin.drain()
+        pass_ = json.loads(await asyncio.wait_for(proc.stdout.readline(), START_TIMEOUT))
+        pass_server = cpu_seconds(server.pid) - server_cpu
+        peak = _status_kb(proc.pid, "VmHWM") / 1024
         proc.stdin.close()
         fired = json.loads(await asyncio.wait_for(proc.stdout.readline(), 60))["fired"]
         await asyncio.wait_for(proc.wait(), 60)
@@ -261,7 +309,8 @@ async def measure_replica(server: NatsServer, label: str, prefix: str, count: in
             await proc.wait()
         raise
     return Replica(label, ready["start_s"], ready_s, ready["planned"], rss, peak, idle, served,
-                   fired)
+                   fired, pass_["retention_s"], pass_["retention_cpu_s"], pass_server,
+                   settings_for(server.url, prefix, count).retention_interval)
 
 
 # ----------------------------------------------------------------------------- main
@@ -276,10 +325,14 @@ async def run(server: NatsServer, count: int, idle_seconds: float) -> None:
     print(f"reference (a): {reference_count:,} gathered acknowledged publishes of "
           f"{len(payload)} B ({CALLERS} callers): {publish_rate:,.0f}/s", flush=True)
 
-    apply_rate = await apply_all(server.url, schedules)
+    apply_rate, reconcile_rate = await apply_all(server.url, schedules)
     print(f"apply: {count:,} enabled Schedules ({CALLERS} callers): {apply_rate:,.0f}/s "
-          f"= {apply_rate / publish_rate:.3f}x reference (a) (an apply is one last-event read "
-          "and one conditional publish)", flush=True)
+          f"= {apply_rate / publish_rate:.3f}x reference (a) (an apply is one conditional "
+          "publish while this process's copy of the Schedule is current, a new one included)",
+          flush=True)
+    print(f"reconcile: the same {count:,} again, unchanged (one call, one by one): "
+          f"{reconcile_rate:,.0f}/s = {reconcile_rate / publish_rate:.3f}x reference (a) "
+          "(an unchanged Schedule is one leader read)", flush=True)
 
     replay = await raw_replay_seconds(server.url, PREFIX, count)
     print(f"reference (b): raw replay of the {count:,} Schedule subjects (ordered consumer, "
@@ -306,8 +359,17 @@ def report(rows: list[Replica], count: int, idle_seconds: float, replay: float,
     per_schedule = (held.rss_mb - empty.rss_mb) * 1024 * 1024 / max(count, 1)
     print(f"held vs empty: RSS +{held.rss_mb - empty.rss_mb:.1f} MB ({per_schedule:,.0f} B per "
           f"Schedule), start() {held.start_s / max(empty.start_s, 1e-9):.1f}x, idle CPU "
-          f"+{held.idle_cpu - empty.idle_cpu:.2f} points")
+          f"{held.idle_cpu - empty.idle_cpu:+.2f} points")
     print(f"start() vs reference (b), the raw replay: {held.start_s / replay:.1f}x")
+    print(f"\n{'history retention pass':<26} {'wall s':>8} {'replica CPU s':>13} "
+          f"{'server CPU s':>12} {'every s':>8} {'replica CPU %, amortized':>25}")
+    for r in rows:
+        share = r.retention_cpu / r.retention_interval * 100
+        print(f"{r.label:<26} {r.retention_s:>8.2f} {r.retention_cpu:>13.2f} "
+              f"{r.retention_server_cpu:>12.2f} {r.retention_interval:>8.0f} {share:>25.2f}")
+    total = held.idle_cpu + held.retention_cpu / held.retention_interval * 100
+    print(f"idle CPU of the held replica, retention included: {total:.2f} % of one core "
+          "(one Run stored: deployments with many Runs add reads to a pass)")
     if ended >= began + QUIET:
         print("warning: the bench outlasted its quiet span; a due time may have fallen in a "
               "window (see 'fired')")
