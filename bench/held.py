@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/held.py                                   # 100,000 Schedules, 60 s idle
     .venv/bin/python bench/held.py --schedules 10000 --idle-seconds 30
+    .venv/bin/python bench/held.py --runs-per-schedule 0             # no Run history at all
 
 Why this exists: ``max_active_schedules`` (docs/configuration.md) must be what a replica
 provably holds. A replica that holds N Schedules keeps one table entry and one heap entry per
@@ -18,10 +19,12 @@ What it does, on one nats-server started here:
 2. Applies N enabled ``M H * * *`` Schedules (minutes and hours varied, several time zones)
    through the provider's public ``apply`` with 64 concurrent callers, from a loader whose
    ManualClock never moves (it never fires), then ``reconcile`` of the same N (unchanged,
-   as at an AstraBox restart), and stores one Run (a retention pass over a store without
-   any Run skips its purges, so the figure would flatter it). Every Schedule's next due
-   time is at least ``QUIET`` after the bench started, so the idle windows below have no
-   due time in them.
+   as at an AstraBox restart). Then stores ``--runs-per-schedule`` finished Runs per
+   Schedule over the last day (raw, in the provider's order), so a replica starts, warms up
+   and applies retention as it does in production, where every deployment has a history
+   (with none, start-up skips each deployment's newest Run and a retention pass skips its
+   purges: the figures would flatter both). Every Schedule's next due time is at least
+   ``QUIET`` after the bench started, so the idle windows below have no due time in them.
 3. Reference (b): the raw replay of the N Schedule subjects (an ordered consumer, last message
    per subject, nothing decoded): the floor of what a replica's start-up reads.
 4. Starts replica processes (a child mode of this script, real clock, admin service on, as in
@@ -53,15 +56,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import nats
 from nats.js.api import ConsumerConfig, DeliverPolicy, StreamConfig
 
 from nats_scheduler import ManualClock, NatsSchedulerProvider, NatsSettings
-from nats_scheduler.core import calendar
+from nats_scheduler.core import calendar, runcore
 from nats_scheduler.core.events import ScheduleApplied, ScheduleRecord, encode
-from nats_scheduler.names import Names
+from nats_scheduler.jetstream.history import IndexEntry
+from nats_scheduler.names import HDR_MSG_ID, Names, index_msg_id, scheduled_run_id
 from nats_scheduler.natsserver.process import NatsServer
-from nats_scheduler.seam import EnqueueRequest, RunPayload, Schedule, Trigger
+from nats_scheduler.seam import RunPayload, Schedule, Trigger
 from nats_scheduler.testing.handler import RecordingRunHandler
 
 CALLERS = 64
@@ -114,8 +119,7 @@ def settings_for(url: str, prefix: str, count: int, **extra: Any) -> NatsSetting
 
 
 async def apply_all(url: str, schedules: list[Schedule]) -> tuple[float, float]:
-    """Apply through a loader provider that never fires, then reconcile the same Schedules,
-    then store one Run (Run now) so the store has a Run history, as in production.
+    """Apply through a loader provider that never fires, then reconcile the same Schedules.
 
     Returns applies per second (``CALLERS`` concurrent callers) and Schedules reconciled
     per second (``reconcile`` is one call that applies them one after the other; here every
@@ -138,13 +142,52 @@ async def apply_all(url: str, schedules: list[Schedule]) -> tuple[float, float]:
         applied = len(schedules) / max(time.perf_counter() - began, 1e-9)
         began = time.perf_counter()
         await provider.reconcile(schedules)
-        reconciled = len(schedules) / max(time.perf_counter() - began, 1e-9)
-        # One Run in the store: a retention pass over a store with no Run skips its purges.
-        await provider.enqueue(EnqueueRequest(schedules[0].deployment_id, Trigger.RUN_NOW))
-        await provider.wait_idle()
-        return applied, reconciled
+        return applied, len(schedules) / max(time.perf_counter() - began, 1e-9)
     finally:
         await provider.stop()
+
+
+async def fill_history(url: str, schedules: list[Schedule], runs_each: int,
+                       chunk: int = 5_000) -> float:
+    """Store ``runs_each`` finished scheduled Runs per Schedule over the last day, as the
+    provider writes them (the index entry acknowledged before the Run's events); returns
+    seconds. Written raw: firing 100,000 due times through a provider is bench/firing.py's
+    subject, not this one's."""
+    names = Names(PREFIX)
+    nc = await nats.connect(url)
+    js = nc.jetstream(timeout=30)
+    first = datetime.now(UTC) - timedelta(days=1)
+    pairs = [(s.deployment_id, k) for k in range(runs_each) for s in schedules]
+    step = timedelta(hours=23) / max(len(pairs), 1)
+    began = time.perf_counter()
+    try:
+        for start in range(0, len(pairs), chunk):
+            await _fill_chunk(js, names, pairs[start:start + chunk], first + step * start, step)
+    finally:
+        await nc.close()
+    return time.perf_counter() - began
+
+
+async def _fill_chunk(js: Any, names: Names, pairs: list[tuple[str, int]], at: datetime,
+                      step: timedelta) -> None:
+    acked = []
+    for i, (dep, _) in enumerate(pairs):
+        due = (at + step * i).replace(second=0, microsecond=0)
+        run_id = scheduled_run_id(dep, due)
+        entry = msgspec.json.encode(IndexEntry(run_id=run_id, created_at=due))
+        acked.append((dep, run_id, due, await js.publish_async(
+            names.index_subject(dep), entry, headers={HDR_MSG_ID: index_msg_id(run_id)})))
+    await js.publish_async_completed()
+    for dep, run_id, due, ack in acked:
+        created = runcore.indexed(runcore.create(
+            run_id=run_id, deployment_id=dep, trigger=Trigger.SCHEDULE, due_at=due,
+            payload=PAYLOAD, now=due, actor="bench"), (await ack).seq)
+        claimed = runcore.claim(created.run, holder="bench", now=due)
+        done = runcore.dispatched(claimed.run, turn_id="t", now=due, actor="bench")
+        subject = names.run_subject(dep, run_id)
+        for event in (created, claimed, done):
+            await js.publish_async(subject, encode(event))
+    await js.publish_async_completed()
 
 
 # ----------------------------------------------------------------------------- references
@@ -316,7 +359,7 @@ async def measure_replica(server: NatsServer, label: str, prefix: str, count: in
 # ----------------------------------------------------------------------------- main
 
 
-async def run(server: NatsServer, count: int, idle_seconds: float) -> None:
+async def run(server: NatsServer, count: int, idle_seconds: float, runs_each: int) -> None:
     began = datetime.now(UTC)
     schedules = quiet_schedules(count, began)
     reference_count = min(count, REFERENCE_PUBLISHES)
@@ -333,6 +376,11 @@ async def run(server: NatsServer, count: int, idle_seconds: float) -> None:
     print(f"reconcile: the same {count:,} again, unchanged (one call, one by one): "
           f"{reconcile_rate:,.0f}/s = {reconcile_rate / publish_rate:.3f}x reference (a) "
           "(an unchanged Schedule is one leader read)", flush=True)
+
+    if runs_each:
+        filled = await fill_history(server.url, schedules, runs_each)
+        print(f"history: {runs_each} finished scheduled Run(s) per Schedule stored raw in "
+              f"{filled:.1f} s (index entry, created, claimed, dispatched)", flush=True)
 
     replay = await raw_replay_seconds(server.url, PREFIX, count)
     print(f"reference (b): raw replay of the {count:,} Schedule subjects (ordered consumer, "
@@ -368,8 +416,7 @@ def report(rows: list[Replica], count: int, idle_seconds: float, replay: float,
         print(f"{r.label:<26} {r.retention_s:>8.2f} {r.retention_cpu:>13.2f} "
               f"{r.retention_server_cpu:>12.2f} {r.retention_interval:>8.0f} {share:>25.2f}")
     total = held.idle_cpu + held.retention_cpu / held.retention_interval * 100
-    print(f"idle CPU of the held replica, retention included: {total:.2f} % of one core "
-          "(one Run stored: deployments with many Runs add reads to a pass)")
+    print(f"idle CPU of the held replica, retention included: {total:.2f} % of one core")
     if ended >= began + QUIET:
         print("warning: the bench outlasted its quiet span; a due time may have fallen in a "
               "window (see 'fired')")
@@ -377,7 +424,7 @@ def report(rows: list[Replica], count: int, idle_seconds: float, replay: float,
 
 async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp, NatsServer(tmp).start() as server:
-        await run(server, args.schedules, args.idle_seconds)
+        await run(server, args.schedules, args.idle_seconds, args.runs_per_schedule)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -385,6 +432,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--schedules", type=int, default=100_000)
     parser.add_argument("--idle-seconds", type=float, default=60.0)
+    parser.add_argument("--runs-per-schedule", type=int, default=1,
+                        help="finished Runs stored per Schedule before the replicas start")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--prefix", help=argparse.SUPPRESS)
