@@ -458,6 +458,18 @@ def test_next_due_is_fast() -> None:
         assert time.perf_counter() - began < 1.0, cron  # far under 1 ms per call
 
 
+def test_next_due_shared_by_schedules_depends_on_zone_and_minute_only() -> None:
+    """next_due is cached for Schedules planned together: a zone or a minute later is another
+    answer, seconds within one minute are the same answer (checked against ``upcoming``)."""
+    for zone in ("UTC", BERLIN, CHATHAM, "Asia/Kolkata"):
+        for after in (utc("2024-10-27 00:59:59"), utc("2024-10-27 01:00"),
+                      utc("2024-10-27 01:00:30"), utc("2024-10-27 01:01")):
+            assert next_due("0,1 * * * *", zone, after) == upcoming(
+                "0,1 * * * *", zone, after, 1)[0], (zone, after)
+    assert next_due("0 9 * * *", "UTC", utc("2024-01-01")) != next_due(
+        "0 9 * * *", BERLIN, utc("2024-01-01"))
+
+
 def test_years_of_due_times_are_generated_not_walked() -> None:
     began = time.perf_counter()
     due = due_times("*/5 * * * *", BERLIN, utc("2020-01-01"), utc("2024-01-01"))

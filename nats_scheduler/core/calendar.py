@@ -514,9 +514,20 @@ def upcoming(cron: str, timezone: str, after: datetime, count: int) -> list[date
 
 def next_due(cron: str, timezone: str, after: datetime) -> datetime | None:
     """The first due time strictly after ``after``, or None if none within 8 years."""
-    spec, name = _prepare(cron, timezone)
-    lo = _minute_after(after, "after")
-    ts = next(_due(spec, name, lo, lo + _HORIZON), None)
+    _prepare(cron, timezone)
+    return _next_due_from(cron, timezone, _minute_after(after, "after"))
+
+
+@functools.lru_cache(maxsize=16_384)
+def _next_due_from(cron: str, name: str, lo: int) -> datetime | None:
+    """:func:`next_due` from UTC minute ``lo``: cached, because a ticker plans every Schedule.
+
+    At a start every Schedule is planned from the same minute, and after a due time every
+    Schedule that fired is planned from it again: Schedules that share a cron expression and
+    a zone then share one computation instead of repeating it per Schedule. Pure (the inputs
+    were validated), so a cached answer is the answer; the result is immutable.
+    """
+    ts = next(_due(_parse_cached(cron), name, lo, lo + _HORIZON), None)
     return None if ts is None else _instant(ts)
 
 

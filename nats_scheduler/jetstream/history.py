@@ -338,8 +338,10 @@ class RunHistory:
         for record in unfinished:
             open_runs.setdefault(record.deployment_id, set()).add(record.run_id)
         cut_runs = 0
+        # Read once, before every index read of the pass (see _cut): not once per deployment.
+        end = await self._store.last_seq(self._names.runs_stream) + 1
         for deployment_id in deployment_ids:
-            cut = await self._cut(deployment_id)
+            cut = await self._cut(deployment_id, end)
             kept = open_runs.get(deployment_id, set())
             lowest = cut
             for run_id in kept:
@@ -356,16 +358,15 @@ class RunHistory:
                     cut_runs += 1
         return cut_runs
 
-    async def _cut(self, deployment_id: str) -> int:
+    async def _cut(self, deployment_id: str, end: int) -> int:
         """The first Run event sequence of the deployment that is still retained.
 
         Decided on the server's own trimming of the index (by count, and by age in the
         server's time), never on this process's clock: a replica whose clock runs ahead must
         not purge what the server still keeps.
         """
-        # Read before the index: a Run created after this is past it; one created before
-        # had its entry written first, so an empty index means none is retained.
-        end = await self._store.last_seq(self._names.runs_stream) + 1
+        # ``end`` was read before the index: a Run created after it is past it; one created
+        # before had its entry written first, so an empty index means none is retained.
         first = await self._first(deployment_id)
         if first is None:
             return end

@@ -5,6 +5,13 @@ conditionally on that subject's last sequence (``Nats-Expected-Last-Subject-Sequ
 concurrent writer makes the append fail; the change is then decided again on the new
 state, so two replicas applying different versions, or an operator holding while AstraBox
 applies, never lose one another's change.
+
+The first decision is taken on the Schedule table's copy (the last event this process saw of
+the subject, with its sequence), which saves the read in the usual case: the append is
+conditional on exactly that sequence, so it is stored only if the leader's last event IS that
+copy, and a stale copy makes it fail and the change is decided on the leader's state. A
+decision to write nothing, or a refusal, is never taken on the copy alone: it is confirmed on
+the leader's state, since a stale copy could make a needed write look like a no-op.
 """
 
 from __future__ import annotations
@@ -50,16 +57,22 @@ class ScheduleLog:
         """Decide on the stored state and append conditionally; on a race, decide again.
 
         Returns the Schedule after the change (or as stored, when ``decide`` wrote nothing).
+        The first decision uses the table's copy (see the module docstring); ``decide`` may
+        therefore be called more than once and must not act beyond returning or raising.
         """
         subject = self._names.schedule_subject(deployment_id)
-        for _ in range(MAX_DECISIONS):
-            last = await self._store.last(subject)
-            seq, current = 0, None
-            if last is not None:
-                seq, current = last.seq, decode_schedule_event(last.data).schedule
-                self._table.apply(seq, current)
-            event = decide(current)
+        for attempt in range(MAX_DECISIONS):
+            seq, current = (self._known(deployment_id) if attempt == 0
+                            else await self._leader_state(subject))
+            try:
+                event = decide(current)
+            except Exception:
+                if attempt == 0:
+                    continue  # a refusal on the copy: confirm it on the leader's state
+                raise
             if event is None:
+                if attempt == 0:
+                    continue  # nothing to write by the copy: confirm on the leader's state
                 return current
             try:
                 new_seq, _ = await self._store.append(
@@ -74,6 +87,20 @@ class ScheduleLog:
             f"could not change the schedule of deployment {deployment_id!r}: "
             "too many concurrent changes"
         )
+
+    def _known(self, deployment_id: str) -> tuple[int, ScheduleRecord | None]:
+        """The table's copy with its sequence; (0, None) when this process saw none."""
+        known = self._table.get_with_seq(deployment_id)
+        return (0, None) if known is None else known
+
+    async def _leader_state(self, subject: str) -> tuple[int, ScheduleRecord | None]:
+        """The subject's last event as the stream leader has it (applied to the table too)."""
+        last = await self._store.last(subject)
+        if last is None:
+            return 0, None
+        record = decode_schedule_event(last.data).schedule
+        self._table.apply(last.seq, record)
+        return last.seq, record
 
     async def as_of(self, deployment_id: str, instant: datetime) -> ScheduleRecord | None:
         """The Schedule as its last event stored at or before ``instant`` left it.
