@@ -31,10 +31,11 @@ What it does, on one nats-server started here:
    production) and measures each from outside: ``start()`` time (measured inside the child),
    resident memory (VmRSS) after the idle window and VmHWM (the peak, retention pass
    included), and its CPU over an idle window (``/proc/<pid>/stat`` utime+stime deltas over
-   wall time). Then one history-retention pass, which a replica runs every
-   ``retention_interval`` over every Schedule's deployment, with its CPU amortized over that
-   interval: idle CPU is the window's plus that share. First a replica of an empty prefix
-   (the reference: what a replica costs with no Schedule), then one holding the N. The
+   wall time). Then one history-retention pass as the replica runs it every
+   ``retention_interval`` (the next slice of the deployments, every one of them at least
+   once an hour; one live replica runs it), with its CPU amortized over that interval:
+   idle CPU is the window's plus that share. First a replica of an empty prefix (the
+   reference: what a replica costs with no Schedule), then one holding the N. The
    nats-server's own CPU over the same spans is printed beside them.
 
 Nothing is asserted; figures and ratios are printed.
@@ -272,9 +273,9 @@ def own_cpu() -> float:
 async def child_main(url: str, prefix: str, count: int) -> None:
     """One replica: start, say how long it took, hold the Schedules until stdin closes.
 
-    A ``retention`` line on stdin runs one history-retention pass now (it visits every
-    Schedule's deployment; the replica runs one every ``retention_interval``) and answers
-    its wall time and this process's CPU time.
+    A ``retention`` line on stdin runs one history-retention pass now (the slice the
+    replica's loop visits every ``retention_interval``) and answers its wall time and this
+    process's CPU time.
     """
     provider = NatsSchedulerProvider(settings_for(url, prefix, count))
     provider.configure()
@@ -287,7 +288,8 @@ async def child_main(url: str, prefix: str, count: int) -> None:
                       "rss_kb": _status_kb("self", "VmRSS")}), flush=True)
     while (await asyncio.to_thread(sys.stdin.readline)).strip() == "retention":
         began, cpu = time.perf_counter(), own_cpu()
-        await provider.enforce_retention()
+        assert provider.runtime is not None
+        await provider.runtime.retention_pass()
         print(json.dumps({"retention_s": time.perf_counter() - began,
                           "retention_cpu_s": own_cpu() - cpu}), flush=True)
     print(json.dumps({"fired": ticker.fired}), flush=True)

@@ -60,7 +60,7 @@ class NatsSettings:
     max_concurrent_dispatch: int = 64
     # What one replica was measured to hold within its budgets (bench/held.py); the bound is
     # the history-retention pass, which visits every deployment (docs/configuration.md).
-    max_active_schedules: int = 15_000
+    max_active_schedules: int = 100_000
     # History: a Run is kept while it is among the newest ``retention_runs`` of its deployment
     # and younger than ``retention_days``; unfinished Runs are always kept (docs/configuration.md).
     retention_days: float = 90.0

@@ -12,7 +12,7 @@ import pytest
 from nats.js.api import StreamConfig, StreamSource
 
 from nats_scheduler import NatsSchedulerProvider
-from nats_scheduler.jetstream.history import IndexEntry
+from nats_scheduler.jetstream.history import IndexEntry, retention_slice
 from nats_scheduler.names import Names
 from nats_scheduler.seam import (
     EnqueueRequest,
@@ -290,3 +290,19 @@ async def test_the_newest_run_of_more_deployments_than_one_read_may_ask_for(
         with pytest.raises(SchedulerUnavailable):  # one read for all of them: refused, loudly
             await provider.store.direct_batch(names.index_stream, {
                 "multi_last": [names.index_filter], "batch": 2000})
+
+
+def test_retention_passes_visit_every_deployment_within_a_round() -> None:
+    """Each pass trims a slice; consecutive passes cover every deployment once per round."""
+    deployments = [f"d{i:03d}" for i in range(100)]
+    seen: list[str] = []
+    cursor = 0
+    for _ in range(6):  # a 600 s interval: six passes per 3600 s round
+        batch, cursor = retention_slice(deployments, cursor, 600.0, 3600.0)
+        assert 0 < len(batch) <= 17
+        seen += batch
+    assert sorted(seen) == deployments
+    batch, _ = retention_slice(deployments, cursor, 600.0, 3600.0)
+    assert batch[0] == "d000", "the next round starts again from the first"
+    assert retention_slice(deployments, 0, 7200.0, 3600.0)[0] == deployments
+    assert retention_slice([], 5, 600.0, 3600.0) == ([], 0)

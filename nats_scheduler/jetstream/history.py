@@ -398,3 +398,19 @@ class RunHistory:
             return int((msgs[0].headers or {}).get("Nats-Sequence", 0))
         return await self._store.last_seq(self._names.runs_stream) + 1
 
+
+
+def retention_slice(deployments: Sequence[str], cursor: int, interval: float,
+                    round_seconds: float) -> tuple[list[str], int]:
+    """The deployments one retention pass visits, and where the next pass starts.
+
+    Passes every ``interval`` seconds visit consecutive slices so that every deployment is
+    visited at least once per ``round_seconds`` (all of them each pass when the interval is
+    that long or longer).
+    """
+    if not deployments:
+        return [], 0
+    passes = max(1, int(round_seconds // interval)) if interval < round_seconds else 1
+    size = -(-len(deployments) // passes)  # ceil
+    start = cursor if cursor < len(deployments) else 0
+    return list(deployments[start:start + size]), start + size

@@ -320,17 +320,19 @@ class Store:
         return await self.retrying("could not read",
                                    lambda: self._last(subject, next_from=max(1, from_seq)))
 
-    async def last_seq(self, stream: str, *, retry_seconds: float | None = None) -> int:
+    async def last_seq(self, stream: str) -> int:
         """The stream's last sequence, from its leader (0 when it holds nothing, or does not
         exist yet: a namespace no provider has prepared reads as empty)."""
-        async def op() -> int:
-            try:
-                info = await self.js.stream_info(stream)
-            except nats.js.errors.NotFoundError:
-                return 0
-            return info.state.last_seq if info.state.messages else 0
+        return await self.retrying("could not read", lambda: self.last_seq_once(stream))
 
-        return await self.retrying("could not read", op, retry_seconds)
+    async def last_seq_once(self, stream: str) -> int:
+        """:meth:`last_seq`, asked once: no retry, and a failure is raised as the client's
+        own error, uncounted (for a caller with a fallback of its own)."""
+        try:
+            info = await self.js.stream_info(stream)
+        except nats.js.errors.NotFoundError:
+            return 0
+        return info.state.last_seq if info.state.messages else 0
 
     async def follow(
         self, stream: str, filter_subject: str, cb: Callable[[Msg], Awaitable[None]],

@@ -92,7 +92,7 @@ class Freshness:
 
     async def _confirm_once(self, loop: asyncio.AbstractEventLoop) -> datetime | None:
         at = self._clock.now()
-        last = await self._store.last_seq(self._stream, retry_seconds=0)
+        last = await self._store.last_seq_once(self._stream)
         deadline = loop.time() + CATCH_UP_SECONDS
         while self._position() < last:
             if loop.time() >= deadline:
