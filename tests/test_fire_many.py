@@ -66,3 +66,32 @@ async def test_many_due_times_make_one_run_each_and_skip_what_is_not_due(
         assert sorted(started) == sorted(expected), "each Run started exactly once"
         states = {(await provider.get_run(run_id)).state for run_id in expected}
         assert states == {RunState.DISPATCHED}
+
+
+async def test_a_batch_that_fails_as_a_whole_is_fired_one_by_one(
+    nats_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An error outside the batch's items (here: its announcements, as when the connection
+    closes under the pipelined publisher) loses no due time: the batch goes through
+    ``fire_due`` instead."""
+    prefix = unique_prefix()
+    handler = RecordingRunHandler()
+    clock = ManualClock(datetime(2031, 5, 6, 2, 0, tzinfo=UTC))
+    deployments = [f"whole-{i}" for i in range(20)]
+    async with running(nats_url, prefix, handler, clock=clock) as provider:
+        for deployment in deployments:
+            await provider.apply(schedule(deployment))
+        original = provider.runlog.announce_many
+        failed: list[int] = []
+
+        async def broken(runs):  # type: ignore[no-untyped-def]
+            failed.append(len(runs))
+            monkeypatch.setattr(provider.runlog, "announce_many", original)
+            raise ConnectionResetError("the connection closed mid-batch")
+
+        monkeypatch.setattr(provider.runlog, "announce_many", broken)
+        await provider.fire_many([(deployment, DUE) for deployment in deployments])
+        assert failed == [len(deployments)], "the batch's announcements failed as a whole"
+        for deployment in deployments:
+            assert [r.run_id for r in await provider.list_runs(deployment)] == [
+                scheduled_run_id(deployment, DUE)]

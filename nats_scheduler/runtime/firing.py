@@ -201,7 +201,16 @@ class Firing:
         Returns how many due times were handled.
         """
         for start in range(0, len(due_times), FIRE_BATCH):
-            await self._fire_batch(due_times[start:start + FIRE_BATCH])
+            batch = due_times[start:start + FIRE_BATCH]
+            try:
+                await self._fire_batch(batch)
+            except Exception:
+                # Nothing of a batch is lost to an error outside its items (the connection
+                # closing under the pipelined publisher): every step is idempotent, so the
+                # whole batch goes through fire_due, with its retries.
+                log.warning("a batch of %d due times failed; firing them one by one",
+                            len(batch), exc_info=True)
+                await self._one_by_one(batch)
         return len(due_times)
 
     async def _fire_batch(self, due_times: Sequence[tuple[str, datetime]]) -> None:
