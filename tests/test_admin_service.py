@@ -378,3 +378,19 @@ def test_the_error_mapping_table_is_pinned() -> None:
         assert error.code == code, exc
         assert "secret" not in error.message
     assert to_admin_error(invalid_body).message.startswith("the request is not valid: ")
+
+
+async def test_a_schedule_list_larger_than_one_message_arrives_in_pages(admin: Admin) -> None:
+    """The list crosses the server's largest message in pages; the client joins them."""
+    big = "p" * 40_000  # 40 Schedules of about 40 KB: beyond the 1 MB max_payload
+    for i in range(40):
+        await admin.provider.apply(Schedule(f"big-{i:02d}", f"big-{i:02d}", "0 9 * * *",
+                                            "UTC", True, RunPayload("agent", big), 1))
+    first, _ = await raw(admin.nc, admin.prefix, "schedules.list", b"{}")
+    page = first["schedules"]
+    assert 0 < len(page) < 40 and first["next_after"] == page[-1]["deployment_id"]
+    listed = await admin.client.list_schedules()
+    assert [v.deployment_id for v in listed] == [f"big-{i:02d}" for i in range(40)]
+    assert admin.client.last_source == "service"
+    filtered = await admin.client.list_schedules("big-3")
+    assert [v.deployment_id for v in filtered] == [f"big-3{i}" for i in range(10)]

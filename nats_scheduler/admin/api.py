@@ -89,6 +89,9 @@ class ScheduleDetail(msgspec.Struct, frozen=True, kw_only=True):
 
 class ScheduleList(msgspec.Struct, frozen=True, kw_only=True):
     schedules: list[ScheduleView]
+    next_after: str | None = None
+    """More follow: ask again with ``after`` set to this deployment ID (a page fits in one
+    message, so a list of any length crosses the server's ``max_payload`` in pages)."""
 
 
 class RunList(msgspec.Struct, frozen=True, kw_only=True):
@@ -187,6 +190,7 @@ class Health(msgspec.Struct, frozen=True, kw_only=True):
 class ScheduleListRequest(msgspec.Struct, frozen=True, kw_only=True):
     filter: str | None = None  # substring of deployment ID or name, case-insensitive
     include_deleted: bool = False
+    after: str | None = None  # the page after this deployment ID (ScheduleList.next_after)
 
 
 class ScheduleRef(msgspec.Struct, frozen=True, kw_only=True):

@@ -133,12 +133,21 @@ class AdminClient:
 
     async def list_schedules(self, filter: str | None = None, *,
                              include_deleted: bool = False) -> list[api.ScheduleView]:
-        request = api.ScheduleListRequest(filter=filter, include_deleted=include_deleted)
-        listed = await self._read(
-            "schedules.list", request, api.ScheduleList,
-            lambda: _wrap_list(self.reader.list_schedules(filter,
-                                                          include_deleted=include_deleted)))
-        return listed.schedules
+        views: list[api.ScheduleView] = []
+        after: str | None = None
+        while True:  # the service answers in pages that each fit in one message
+            request = api.ScheduleListRequest(filter=filter, include_deleted=include_deleted,
+                                              after=after)
+            listed = await self._read(
+                "schedules.list", request, api.ScheduleList,
+                lambda: _wrap_list(self.reader.list_schedules(
+                    filter, include_deleted=include_deleted)))
+            if self.last_source == "store":
+                return listed.schedules  # read whole from the store (no service answered)
+            views.extend(listed.schedules)
+            if listed.next_after is None:
+                return views
+            after = listed.next_after
 
     async def get_schedule(self, deployment_id: str) -> api.ScheduleDetail:
         return await self._read("schedules.get", api.ScheduleRef(deployment_id=deployment_id),

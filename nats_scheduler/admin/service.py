@@ -73,7 +73,14 @@ from .api import (
 )
 from .health import HealthPolicy, build_health
 from .reader import REPLICA_STATUS_ENDPOINT, StoreReader, lease_expiries
-from .views import probe_limit, run_list, schedule_detail, schedule_view, schedule_views
+from .views import (
+    probe_limit,
+    run_list,
+    schedule_detail,
+    schedule_page,
+    schedule_view,
+    schedule_views,
+)
 
 if TYPE_CHECKING:
     from ..provider import NatsSchedulerProvider
@@ -81,6 +88,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 R = TypeVar("R", bound=msgspec.Struct)
+
+PAGE_BYTES_MIN = 64 * 1024
+"""The least a page of the Schedule list may hold (when the server's limit is unknown)."""
 
 _HTTP_LIKE = {
     ErrorCode.INVALID_REQUEST: "400",
@@ -246,9 +256,14 @@ class AdminService:
     # ------------------------------------------------------------------ Schedules
 
     async def list_schedules(self, req: ScheduleListRequest) -> ScheduleList:
-        return ScheduleList(schedules=schedule_views(
+        """One page of the list: half the server's largest message at most, so any number
+        of Schedules crosses in pages (the client asks for the next ones)."""
+        budget = max(PAGE_BYTES_MIN, self.provider.store.max_payload // 2)
+        page, next_after = schedule_page(
             self.provider.schedules.all(), self.provider.ledger, self._clock_now,
-            filter=req.filter, include_deleted=req.include_deleted))
+            budget=budget, filter=req.filter, include_deleted=req.include_deleted,
+            after=req.after)
+        return ScheduleList(schedules=page, next_after=next_after)
 
     async def get_schedule(self, req: ScheduleRef) -> ScheduleDetail:
         record = self.provider.schedules.get(req.deployment_id)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
+import msgspec
+
 from ..core import calendar
 from ..core.events import RunRecord, ScheduleRecord
 from ..projections.ledger import Ledger
@@ -70,6 +72,9 @@ def schedule_view(record: ScheduleRecord, ledger: Ledger, now: datetime) -> Sche
     )
 
 
+_encode = msgspec.json.Encoder().encode
+
+
 def schedule_views(
     records: Iterable[ScheduleRecord],
     ledger: Ledger,
@@ -85,6 +90,38 @@ def schedule_views(
     ]
     chosen.sort(key=lambda r: r.deployment_id)
     return [schedule_view(r, ledger, now) for r in chosen]
+
+
+def schedule_page(
+    records: Iterable[ScheduleRecord],
+    ledger: Ledger,
+    now: datetime,
+    *,
+    budget: int,
+    filter: str | None = None,
+    include_deleted: bool = False,
+    after: str | None = None,
+) -> tuple[list[ScheduleView], str | None]:
+    """The rows after deployment ``after``, in order, up to about ``budget`` bytes of JSON.
+
+    Returns the rows and the deployment ID to continue after (None: this was the last
+    page). At least one row per page, so a page always moves on. Only the rows returned are
+    built: a page costs its own rows plus a sort of the matching IDs.
+    """
+    chosen = sorted(
+        (r for r in records
+         if (after is None or r.deployment_id > after)
+         and (include_deleted or not r.deleted) and matches(r, filter)),
+        key=lambda r: r.deployment_id)
+    page: list[ScheduleView] = []
+    size = 0
+    for record in chosen:
+        view = schedule_view(record, ledger, now)
+        size += len(_encode(view))
+        if page and size > budget:
+            return page, page[-1].deployment_id
+        page.append(view)
+    return page, None
 
 
 def schedule_detail(record: ScheduleRecord, ledger: Ledger, now: datetime) -> ScheduleDetail:
