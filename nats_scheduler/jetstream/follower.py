@@ -58,13 +58,24 @@ class Follower:
     _target_seq: int = field(default=0, init=False, repr=False)
 
     async def start(self, timeout: float = 30.0) -> None:
-        """Subscribe and return once every event stored before the call has been applied."""
+        """Subscribe and return once every event stored before the call has been applied
+        (TimeoutError when ``timeout`` seconds pass without any event applied)."""
         self._target_seq = await self.store.last_seq(self.stream)
         if self._target_seq == 0 or self.from_seq is not None:
             self._caught_up.set()  # nothing to replay: only what comes from now on
         self._sub = await self.store.follow(self.stream, self.filter_subject, self._deliver,
                                              heartbeat=self.heartbeat, from_seq=self.from_seq)
-        await asyncio.wait_for(self._caught_up.wait(), timeout)
+        # ``timeout`` without progress: a long replay that keeps moving (100,000 Schedules
+        # on a busy machine) is waited for; a stalled one fails after ``timeout``.
+        progress = self.applied_seq
+        while True:
+            try:
+                await asyncio.wait_for(self._caught_up.wait(), timeout)
+                return
+            except TimeoutError:
+                if self.applied_seq <= progress:
+                    raise
+                progress = self.applied_seq
 
     async def _deliver(self, msg: Msg) -> None:
         meta = msg.metadata
