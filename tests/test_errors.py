@@ -80,3 +80,13 @@ def test_a_full_store_says_so_in_astrabox_words() -> None:
     assert str(error).startswith("the scheduler store is full: could not store an event")
     assert_clean(str(error))
     assert "is full" not in str(errors.unavailable("x", nats.errors.TimeoutError()))
+
+
+def test_what_makes_the_store_try_another_server() -> None:
+    """No answer, no quorum, or a Msg-Id stuck "in process" on a leader cut off from its
+    followers: another node of the cluster may do better. A refusal on the merits may not."""
+    assert errors.unanswered(nats.errors.TimeoutError())
+    assert errors.unanswered(api_error(nats.js.errors.ServiceUnavailableError, 503, 10008))
+    assert errors.unanswered(api_error(nats.js.errors.APIError, 409, 10158))
+    assert not errors.unanswered(api_error(nats.js.errors.APIError, 400, 10071))
+    assert not errors.unanswered(api_error(nats.js.errors.ServerError, 500, 10118))

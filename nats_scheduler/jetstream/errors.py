@@ -135,14 +135,18 @@ def unanswered(exc: BaseException) -> bool:
 
     A timeout, nobody answering, or 10008 (no quorum) from one node of a cluster while the
     others may well have a quorum: a node partitioned from the rest answers like this (first
-    timeouts, then 10008 once it noticed). The store then tries another server of the
-    cluster (``Store.retrying``); a leader election looks the same for a few seconds, and
-    switching servers then costs nothing but a reconnect.
+    timeouts, then 10008 once it noticed). Also 10158 (this Msg-Id is still in process): a
+    leader cut off from its followers holds the first send's proposal and answers every
+    resend so until it steps down, while the others elect a leader that would take it.
+    The store then tries another server of the cluster (``Store.retrying``, after 2 s of
+    such answers); a leader election looks the same for a few seconds, and switching
+    servers then costs nothing but a reconnect.
     """
     if isinstance(exc, UNANSWERED_TYPES):
         return True
     return (isinstance(exc, nats.js.errors.APIError)
-            and _code(exc) == EngineError.CLUSTER_NOT_AVAILABLE)
+            and _code(exc) in (EngineError.CLUSTER_NOT_AVAILABLE,
+                               EngineError.DUPLICATE_MESSAGE_IN_PROCESS))
 
 
 def is_not_found(exc: BaseException) -> bool:
