@@ -24,7 +24,6 @@ replica fires everything itself.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
@@ -38,6 +37,7 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from ..names import Names
+from ..tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +116,7 @@ class Presence:
         self._watcher: KeyValue.KeyWatcher | None = None
         self._joined = False
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
 
     @classmethod
     async def open(cls, js: JetStreamContext, names: Names, identity: str, *, replicas: int,
@@ -142,11 +143,10 @@ class Presence:
         Each server operation is bounded by ``STOP_TIMEOUT``: with the server gone the key
         simply stops changing, and the others drop us after the window instead.
         """
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        self._stopping = True
+        # cancelled again until they end, within a bound: a cancellation can be lost in
+        # the beat's wait_for on Python 3.11, and the stop must not wait for ever on it
+        await cancel_and_wait(self._tasks, timeout=STOP_TIMEOUT)
         self._tasks = []
         if self._joined:
             await self._bounded("delete the replica key", self._kv.delete(self._key))
@@ -171,7 +171,7 @@ class Presence:
 
     async def _beat_forever(self) -> None:
         """Re-put our key every beat; a missed beat is only logged (the next one may land)."""
-        while True:
+        while not self._stopping:
             await asyncio.sleep(self.beat_seconds)
             try:
                 await asyncio.wait_for(self._beat(), max(self.beat_seconds, 1.0))

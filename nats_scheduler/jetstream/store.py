@@ -101,6 +101,8 @@ class Store:
         self.retry_seconds = settings.store_retry_seconds
         self._leases: KeyValue | None = None
         self._failed_over_at = float("-inf")
+        self._unanswered_since: float | None = None
+        """When the connected server first left an operation unanswered, since its last answer."""
 
     # ---------------------------------------------------------------- retrying
 
@@ -118,21 +120,42 @@ class Store:
         delay = 0.05
         while True:
             try:
-                return await op()
+                result = await op()
             except Conflict:
+                self._answered()
                 self.count_error("conflict")
                 raise
             except SchedulerError:
                 raise
             except Exception as exc:
+                await self._note_failure(exc, loop.time() - started)
                 if not errors.is_transient(exc) or loop.time() + delay > deadline:
                     self.count_error("unavailable")
                     raise errors.unavailable(what, exc) from exc
                 self.count_error("transient")
-                if errors.unanswered(exc):
-                    await self._fail_over(loop.time() - started)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
+            else:
+                self._answered()
+                return result
+
+    def _answered(self) -> None:
+        """The connected server answered an operation: it is not the one to leave."""
+        self._unanswered_since = None
+
+    async def _note_failure(self, exc: BaseException, failing_for: float = 0.0) -> None:
+        """Note an operation the server left without a usable answer; fail over after 2 s.
+
+        2 s of one operation failing (``failing_for``), or 2 s in which no operation got an
+        answer: a one-shot write (a scheduled Run's create) or a confirmation never lasts
+        2 s on its own, yet a partitioned node leaves every operation unanswered
+        (tests/faults/test_faults_cluster.py)."""
+        if not errors.unanswered(exc):
+            return
+        now = asyncio.get_running_loop().time()
+        if self._unanswered_since is None:
+            self._unanswered_since = now
+        await self._fail_over(max(failing_for, now - self._unanswered_since))
 
     async def _fail_over(self, failing_for: float) -> None:
         """Connect to another server when this one has not answered for a while.
@@ -145,6 +168,7 @@ class Store:
                 or len(self.nc.servers) < 2):
             return
         self._failed_over_at = now
+        self._unanswered_since = None  # the next server gets its own 2 s
         log.warning("the connected server has not answered for %.1f s; trying another one",
                     failing_for)
         await self.nc.force_reconnect()
@@ -331,7 +355,12 @@ class Store:
         try:
             info = await self.js.stream_info(stream)
         except nats.js.errors.NotFoundError:
+            self._answered()
             return 0
+        except Exception as exc:
+            await self._note_failure(exc)
+            raise
+        self._answered()
         return info.state.last_seq if info.state.messages else 0
 
     async def follow(

@@ -31,6 +31,10 @@ CATCH_UP_SECONDS = 0.1
 """How long a confirmation waits for the table's consumer to reach the leader's sequence."""
 
 CATCH_UP_POLL = 0.005
+
+AFTER_FAILURE_SECONDS = 1.0
+"""After a confirmation the store could not answer, callers read from the leader at once for
+this long instead of waiting for another confirmation to fail the same way."""
 """Seconds between looks at the consumer's position while it catches up."""
 
 
@@ -48,6 +52,7 @@ class Freshness:
         self._inflight: asyncio.Future[datetime | None] | None = None
         self._inflight_started = float("-inf")
         self._last: tuple[float, datetime | None] = (float("-inf"), None)
+        self._failed_until = float("-inf")
         self.confirmations = 0
         """Leader reads made (for benchmarks: compare with the number of firings)."""
 
@@ -61,6 +66,8 @@ class Freshness:
         (by the event loop's time and by the clock) will do.
         """
         loop = asyncio.get_running_loop()
+        if loop.time() < self._failed_until:
+            return None
         started, proven = self._last
         if (reuse > 0 and proven is not None and started >= loop.time() - reuse
                 and (since is None or started >= since)
@@ -83,6 +90,7 @@ class Freshness:
             proven = await self._confirm_once(loop)
         except Exception:
             proven = None  # the store is struggling: the caller reads from the leader
+            self._failed_until = loop.time() + AFTER_FAILURE_SECONDS
         finally:
             self._inflight = None
             future.set_result(proven)  # also when cancelled: nobody waits on it for ever

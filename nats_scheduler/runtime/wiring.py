@@ -42,6 +42,7 @@ from ..projections.ledger import Ledger
 from ..projections.schedule_table import ScheduleTable
 from ..seam import RunHandler, SchedulerUnavailable
 from ..settings import NatsSettings
+from ..tasks import cancel_and_wait
 from .dispatcher import Dispatcher
 from .firing import Firing
 from .freshness import Freshness
@@ -59,6 +60,9 @@ RETENTION_OWNER_KEY = "history retention"
 
 ADMIN_STOP_SECONDS = 2.0
 """How long ``stop`` waits for the admin service to unsubscribe before going on."""
+
+LOOPS_STOP_SECONDS = 5.0
+"""How long ``stop`` waits for the ticker, sweep, retention and warm-up loops to end."""
 
 
 class Service(Protocol):
@@ -335,9 +339,10 @@ class Runtime:
         presence, self.presence = self.presence, None
         if presence is not None:  # leave first: the others own our due times at once
             await presence.stop()
-        for task in self._background:
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        stuck = await cancel_and_wait(self._background, timeout=LOOPS_STOP_SECONDS)
+        if stuck:
+            log.warning("%d background task(s) did not stop: %s", len(stuck),
+                        ", ".join(sorted(task.get_name() for task in stuck)))
         if self.ticker is not None:
             await self.ticker.wait_fires(timeout=5.0)
         if self.dispatcher is not None:
