@@ -19,7 +19,6 @@ so :mod:`.errors` classifies them as before.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import time
@@ -31,6 +30,8 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+
+from ..tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -174,9 +175,7 @@ class AckedPublisher:
         """Stop the timeout sweep; publishes still pending fail with a timeout."""
         sweeper, self._sweeper = self._sweeper, None
         if sweeper is not None:
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            await cancel_and_wait([sweeper], timeout=1.0)
         for future, _ in list(self._pending.values()):
             if not future.done():
                 future.set_exception(nats.errors.TimeoutError())
