@@ -16,7 +16,11 @@ pytestmark = pytest.mark.anyio
 
 class CrawlingClock:
     """Every reading is 0.3 s after the previous one: each Schedule read looks stale by the
-    time its create would leave, as on a process starved for CPU."""
+    time its create would leave, as on a process starved for CPU.
+
+    Elapsed time (``sleep``, what periodic loops wait on) passes as it does for any process:
+    only the readings crawl. Without it every renewal, sweep and retention loop would spin
+    at the event loop's pace, a load no real process produces."""
 
     def __init__(self) -> None:
         self._now = datetime(2031, 2, 1, tzinfo=UTC)
@@ -27,6 +31,9 @@ class CrawlingClock:
 
     async def sleep_until(self, instant: datetime) -> None:
         await asyncio.sleep(0.01)
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))
 
 
 async def test_fire_due_terminates_and_stores_the_run_when_every_read_is_stale(
@@ -44,4 +51,8 @@ async def test_fire_due_terminates_and_stores_the_run_when_every_read_is_stale(
         async def dispatched() -> bool:
             return (await provider.get_run(run.run_id)).state == RunState.DISPATCHED
 
-        await eventually(dispatched)
+        try:
+            await eventually(dispatched)
+        except AssertionError:
+            stored = await provider.get_run(run.run_id)
+            raise AssertionError(f"not dispatched: {stored!r}") from None

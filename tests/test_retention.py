@@ -25,6 +25,7 @@ from nats_scheduler.seam import (
     Trigger,
 )
 from nats_scheduler.testing.handler import RecordingRunHandler
+from tests.harness.clocks import OffsetClock
 from tests.harness.servers import connect_fast, unique_prefix
 from tests.providers import eventually, running
 
@@ -306,3 +307,26 @@ def test_retention_passes_visit_every_deployment_within_a_round() -> None:
     assert batch[0] == "d000", "the next round starts again from the first"
     assert retention_slice(deployments, 0, 7200.0, 3600.0)[0] == deployments
     assert retention_slice([], 5, 600.0, 3600.0) == ([], 0)
+
+
+async def test_a_clock_stepped_forward_runs_no_retention_pass_early(nats_url: str) -> None:
+    """The retention interval is a period of elapsed time: a wall clock stepped forward by
+    days (an operator fixing the time) must not run passes back to back."""
+    clock = OffsetClock()
+    async with running(nats_url, unique_prefix(), clock=clock,
+                       retention_interval=3600.0) as provider:
+        assert provider.runtime is not None
+        passes: list[datetime] = []
+        original = provider.runtime.retention_pass
+
+        async def counted() -> int:
+            passes.append(clock.now())
+            return await original()
+
+        provider.runtime.retention_pass = counted  # type: ignore[method-assign]
+        for step in range(3):
+            clock.step(2 * 86400)  # wakes every sleeper on the clock at once
+            # round trips to the server: a woken retention loop would have run its pass
+            await provider.apply(schedule(f"after-step-{step}"))
+            assert (await run_now(provider, f"after-step-{step}")).run_id
+        assert passes == []

@@ -20,12 +20,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Protocol
 
 from opentelemetry.metrics import MeterProvider
 
-from ..clock import Clock
+from ..clock import Clock, sleep_for
 from ..core.events import RunRecord, ScheduleRecord, decode_run_event, decode_schedule_event
 from ..core.ownership import owner, owner_key
 from ..core.runcore import RetryPolicy
@@ -272,9 +272,11 @@ class Runtime:
         return await self.history.enforce(batch, self.ledger.unfinished())
 
     async def _retention_forever(self, interval: float) -> None:
-        """A retention pass every ``interval``, on the live replica that owns the job."""
+        """A retention pass every ``interval`` of elapsed time (a period, not an instant: a
+        clock stepped forward must not run passes back to back), on the live replica that
+        owns the job."""
         while True:
-            await self._clock.sleep_until(self._clock.now() + timedelta(seconds=interval))
+            await sleep_for(self._clock, interval)
             if not self._owns(RETENTION_OWNER_KEY):
                 continue
             try:
