@@ -442,14 +442,21 @@ def pending_tasks(provider: NatsSchedulerProvider) -> int:
     return 0 if dispatcher is None else len(dispatcher._tasks)
 
 
-async def child_main(url: str, prefix: str, count: int, out: Path) -> None:
-    """One replica: fire and dispatch until stdin closes, printing progress as JSON lines."""
-    provider = CountingProvider(settings_for(url, prefix, count))
+async def started(provider: NatsSchedulerProvider,
+                  prefix: str) -> tuple[InstantHandler, CallTally]:
+    """Start ``provider`` with an instant handler; count its calls to the server."""
     handler = InstantHandler()
     provider.configure()
     await provider.start(handler)
     tally = CallTally(prefix)
     tally.install(provider.store.nc)
+    return handler, tally
+
+
+async def child_main(url: str, prefix: str, count: int, out: Path) -> None:
+    """One replica: fire and dispatch until stdin closes, printing progress as JSON lines."""
+    provider = CountingProvider(settings_for(url, prefix, count))
+    handler, tally = await started(provider, prefix)
     print(json.dumps({"ready": provider.identity}), flush=True)
 
     async def report() -> None:
@@ -650,11 +657,7 @@ async def fire_manual(server: NatsServer, count: int, *, boundaries: int = 2,
     names = Names(prefix)
     clock = ManualClock(datetime(2030, 6, 1, 12, 0, 30, tzinfo=UTC))
     provider = NatsSchedulerProvider(settings_for(server.url, prefix, count), clock=clock)
-    handler = InstantHandler()
-    provider.configure()
-    await provider.start(handler)
-    tally = CallTally(prefix)
-    tally.install(provider.store.nc)
+    handler, tally = await started(provider, prefix)
     nc = await nats.connect(server.url)
     js = nc.jetstream(timeout=30)
     measured: list[Boundary] = []
@@ -785,11 +788,7 @@ async def enqueue_run(server: NatsServer, *, seconds: float = 10.0,
     """``CALLERS`` concurrent callers of ``enqueue`` (Run now) for ``seconds``, then the drain."""
     names = Names(prefix)
     provider = NatsSchedulerProvider(settings_for(server.url, prefix, CALLERS))
-    handler = InstantHandler()
-    provider.configure()
-    await provider.start(handler)
-    tally = CallTally(prefix)
-    tally.install(provider.store.nc)
+    handler, tally = await started(provider, prefix)
     nc = await nats.connect(server.url)
     js = nc.jetstream(timeout=30)
     try:

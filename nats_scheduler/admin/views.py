@@ -84,12 +84,18 @@ def schedule_views(
     include_deleted: bool = False,
 ) -> list[ScheduleView]:
     """Rows of every matching Schedule, ordered by deployment ID."""
-    chosen = [
-        r for r in records
-        if (include_deleted or not r.deleted) and matches(r, filter)
-    ]
-    chosen.sort(key=lambda r: r.deployment_id)
-    return [schedule_view(r, ledger, now) for r in chosen]
+    return [schedule_view(r, ledger, now)
+            for r in _chosen(records, filter=filter, include_deleted=include_deleted)]
+
+
+def _chosen(records: Iterable[ScheduleRecord], *, filter: str | None, include_deleted: bool,
+            after: str | None = None) -> list[ScheduleRecord]:
+    """The matching Schedules after deployment ``after``, ordered by deployment ID."""
+    return sorted(
+        (r for r in records
+         if (after is None or r.deployment_id > after)
+         and (include_deleted or not r.deleted) and matches(r, filter)),
+        key=lambda r: r.deployment_id)
 
 
 def schedule_page(
@@ -108,14 +114,9 @@ def schedule_page(
     page). At least one row per page, so a page always moves on. Only the rows returned are
     built: a page costs its own rows plus a sort of the matching IDs.
     """
-    chosen = sorted(
-        (r for r in records
-         if (after is None or r.deployment_id > after)
-         and (include_deleted or not r.deleted) and matches(r, filter)),
-        key=lambda r: r.deployment_id)
     page: list[ScheduleView] = []
     size = 0
-    for record in chosen:
+    for record in _chosen(records, filter=filter, include_deleted=include_deleted, after=after):
         view = schedule_view(record, ledger, now)
         size += len(_encode(view))
         if page and size > budget:

@@ -399,7 +399,6 @@ class RunHistory:
         return await self._store.last_seq(self._names.runs_stream) + 1
 
 
-
 def retention_slice(deployments: Sequence[str], cursor: int, interval: float,
                     round_seconds: float) -> tuple[list[str], int]:
     """The deployments one retention pass visits, and where the next pass starts.

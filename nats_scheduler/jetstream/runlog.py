@@ -103,14 +103,8 @@ class RunLog:
             duplicate = True
             seq = 0
         if duplicate:
-            existing = await self.fetch(run.deployment_id, run.run_id)
-            if existing is None:  # pragma: no cover - a Run subject is never emptied
-                raise RuntimeError(f"run {run.run_id} vanished")
-            seq, record = existing
-            return seq, record, record.created_at == run.created_at and record == run
-        self._wrote(subject, seq)
-        self._ledger.apply(seq, run)
-        return seq, run, True
+            return await self._stored_first(run)
+        return self._created(subject, seq, run)
 
     async def create_many(
         self, events: Sequence[RunCreated], msg_ids: Sequence[str]
@@ -128,26 +122,31 @@ class RunLog:
             for subject, event, msg_id in zip(subjects, events, msg_ids, strict=True)])
         results: list[tuple[int, RunRecord, bool] | Exception] = []
         for subject, event, ack in zip(subjects, events, acks, strict=True):
-            run = event.run
             if isinstance(ack, Exception) and not errors.is_conflict(ack):
                 results.append(ack)
             elif isinstance(ack, Exception) or ack.duplicate:
                 try:
-                    existing = await self.fetch(run.deployment_id, run.run_id)
+                    results.append(await self._stored_first(event.run))
                 except Exception as exc:
                     results.append(exc)
-                    continue
-                if existing is None:  # pragma: no cover - a Run subject is never emptied
-                    results.append(RuntimeError(f"run {run.run_id} vanished"))
-                    continue
-                seq, record = existing
-                results.append((seq, record, record.created_at == run.created_at
-                                and record == run))
             else:
-                self._wrote(subject, ack.seq)
-                self._ledger.apply(ack.seq, run)
-                results.append((ack.seq, run, True))
+                results.append(self._created(subject, ack.seq, event.run))
         return results
+
+    def _created(self, subject: str, seq: int, run: RunRecord) -> tuple[int, RunRecord, bool]:
+        """A create this call stored: applied to the ledger at once (read your writes)."""
+        self._wrote(subject, seq)
+        self._ledger.apply(seq, run)
+        return seq, run, True
+
+    async def _stored_first(self, run: RunRecord) -> tuple[int, RunRecord, bool]:
+        """The Run a create found already stored, read back; created by THIS process only
+        when it is exactly ``run`` (a resend whose first acknowledgement was lost)."""
+        existing = await self.fetch(run.deployment_id, run.run_id)
+        if existing is None:  # pragma: no cover - a Run subject is never emptied
+            raise RuntimeError(f"run {run.run_id} vanished")
+        seq, record = existing
+        return seq, record, record.created_at == run.created_at and record == run
 
     async def append(self, expected_seq: int, event: RunEventType) -> int:
         """Append a later event of a Run on the sequence the writer last saw.

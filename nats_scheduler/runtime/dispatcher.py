@@ -74,7 +74,6 @@ class _Holding:
         self.renewing = asyncio.Lock()  # the renewer and a fenced append never race their CAS
         self.lost = False
         self.in_call = False
-
         self.seq = 0
         self.record: RunRecord | None = None
 
@@ -337,26 +336,19 @@ class Dispatcher:
         holding: _Holding,
     ) -> str:
         async with self._calls:  # the setting bounds handler calls, not the bookkeeping
-            return await self._call_now(method, invocation, holding)
-
-    async def _call_now(
-        self,
-        method: Callable[[RunInvocation], Awaitable[str]],
-        invocation: RunInvocation,
-        holding: _Holding,
-    ) -> str:
-        holding.in_call = True
-        call = asyncio.ensure_future(method(invocation))
-        try:
-            # not wait_for: it waits for the cancelled call to end, and a handler that
-            # swallows its cancellation would hold the Run for ever (tests/faults/
-            # test_faults_handler.py). A call past the timeout is cancelled and left behind.
-            await self._deadlines.wait(call, self._call_timeout)
-        finally:
-            holding.in_call = False
-            if not call.done():
-                call.cancel()
-                call.add_done_callback(_forget_outcome)
+            holding.in_call = True
+            call = asyncio.ensure_future(method(invocation))
+            try:
+                # not wait_for: it waits for the cancelled call to end, and a handler that
+                # swallows its cancellation would hold the Run for ever (tests/faults/
+                # test_faults_handler.py). A call past the timeout is cancelled and left
+                # behind.
+                await self._deadlines.wait(call, self._call_timeout)
+            finally:
+                holding.in_call = False
+                if not call.done():
+                    call.cancel()
+                    call.add_done_callback(_forget_outcome)
         if not call.done():
             raise TimeoutError()
         result = call.result()

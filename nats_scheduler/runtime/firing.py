@@ -237,10 +237,10 @@ class Firing:
                 break
             # as the table stands now: a Schedule paused meanwhile is left out (its
             # announcement stays unstored, which reads skip)
-            current = {record.deployment_id for record, _ in self._plans(
+            still = {(record.deployment_id, due): record for record, due in self._plans(
                 [(record.deployment_id, due) for record, due, _ in ready])}
-            ready = [(self.table.get(record.deployment_id) or record, due, outcome)
-                     for record, due, outcome in ready if record.deployment_id in current]
+            ready = [(still[record.deployment_id, due], due, outcome)
+                     for record, due, outcome in ready if (record.deployment_id, due) in still]
             now = self.clock.now()
             if (now - proven).total_seconds() > FIRE_READ_MAX_AGE:
                 self.stale_fires += 1

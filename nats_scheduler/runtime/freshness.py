@@ -31,11 +31,11 @@ CATCH_UP_SECONDS = 0.1
 """How long a confirmation waits for the table's consumer to reach the leader's sequence."""
 
 CATCH_UP_POLL = 0.005
+"""Seconds between looks at the consumer's position while it catches up."""
 
 AFTER_FAILURE_SECONDS = 1.0
 """After a confirmation the store could not answer, callers read from the leader at once for
 this long instead of waiting for another confirmation to fail the same way."""
-"""Seconds between looks at the consumer's position while it catches up."""
 
 
 class Freshness:

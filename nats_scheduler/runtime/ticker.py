@@ -204,7 +204,6 @@ class Ticker:
             except Exception:
                 log.exception("firing %s at %s failed", deployment_id, due.isoformat())
 
-
     async def wait_fires(self, timeout: float) -> None:
         """Wait for firings in progress (used at stop)."""
         if self._fires:
