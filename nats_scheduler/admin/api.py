@@ -129,6 +129,7 @@ class ReplicaMetrics(msgspec.Struct, frozen=True, kw_only=True):
     dispatch_retries: int = 0
     takeovers: int = 0
     stale_fire_reads: int = 0
+    stale_schedule_copies: int = 0
     store_errors: dict[str, int] = {}
     events_skipped: dict[str, int] = {}
     schedules: dict[str, int] = {}

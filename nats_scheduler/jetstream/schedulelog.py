@@ -25,7 +25,7 @@ from ..core.schedulecore import PlannedWrite
 from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_MSG_ID, schedule_event_msg_id
 from ..projections.schedule_table import ScheduleTable
 from ..seam import SchedulerUnavailable
-from .errors import Conflict
+from .errors import Conflict, is_conflict
 from .store import Store
 
 Decide = Callable[[ScheduleRecord | None], ScheduleEventType | None]
@@ -45,13 +45,19 @@ PIPELINE_BATCHES = 4
 """Pipelined batches in flight at once."""
 
 
+def _headers(msg_id: str, expected_seq: int) -> dict[str, str]:
+    return {HDR_MSG_ID: msg_id, HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: str(expected_seq)}
+
+
 class ScheduleLog:
     """Append and read the events of Schedules."""
 
-    def __init__(self, store: Store, table: ScheduleTable) -> None:
+    def __init__(self, store: Store, table: ScheduleTable, *,
+                 on_stale: Callable[[], None] | None = None) -> None:
         self._store = store
         self._table = table
         self._names = store.names
+        self._on_stale = on_stale or (lambda: None)
 
     async def read(self, deployment_id: str) -> ScheduleRecord | None:
         """The Schedule as the stream leader has it (also applied to the table), or None."""
@@ -86,19 +92,41 @@ class ScheduleLog:
                 if attempt == 0:
                     continue  # nothing to write by the copy: confirm on the leader's state
                 return current
-            try:
-                new_seq, _ = await self._store.append(
-                    subject, encode(event), expected_seq=seq,
-                    msg_id=schedule_event_msg_id(deployment_id, seq),
-                )
-            except Conflict:
-                continue
+            data, msg_id = encode(event), schedule_event_msg_id(deployment_id, seq)
+            if attempt == 0:
+                stored = await self._append_on_copy(subject, data, seq, msg_id)
+                if stored is None:
+                    continue  # the copy was stale (or the append unanswered): on the leader's
+                new_seq = stored
+            else:
+                try:
+                    new_seq, _ = await self._store.append(subject, data, expected_seq=seq,
+                                                          msg_id=msg_id)
+                except Conflict:
+                    continue
             self._table.apply(new_seq, event.schedule)
             return event.schedule
         raise SchedulerUnavailable(
             f"could not change the schedule of deployment {deployment_id!r}: "
             "too many concurrent changes"
         )
+
+    async def _append_on_copy(self, subject: str, data: bytes, seq: int,
+                              msg_id: str) -> int | None:
+        """Append a change decided on the table's copy, once; its sequence, or None.
+
+        Sent once, not through the store's retries: a refusal here means the copy was
+        stale, not that two writers raced on the stored state, so it is counted apart
+        (``on_stale``), not as a conflict; any other failure is left to the decision on the
+        leader's state that follows, which retries (and finds the change if it was stored).
+        """
+        try:
+            ack = await self._store.acks.publish(subject, data, _headers(msg_id, seq))
+        except Exception as exc:
+            if is_conflict(exc):
+                self._on_stale()
+            return None
+        return None if ack.duplicate else ack.seq
 
     async def write_planned(self, planned: Sequence[PlannedWrite],
                             redecide: Callable[[PlannedWrite], Decide]) -> None:
@@ -124,12 +152,13 @@ class ScheduleLog:
         """Send one batch and apply what was stored; returns the writes to decide again."""
         messages = [
             (self._names.schedule_subject(item.deployment_id), encode(item.event),
-             {HDR_MSG_ID: schedule_event_msg_id(item.deployment_id, item.seq),
-              HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: str(item.seq)})
+             _headers(schedule_event_msg_id(item.deployment_id, item.seq), item.seq))
             for item in chunk]
         retry = []
         for item, result in zip(chunk, await self._store.acks.publish_many(messages),
                                 strict=True):
+            if isinstance(result, Exception) and is_conflict(result):
+                self._on_stale()
             if isinstance(result, Exception) or result.duplicate:
                 retry.append(item)  # refused, lost, or not ours: decide on the leader's state
             else:

@@ -89,7 +89,7 @@ class Runtime:
         self.claim_grace = min(1.0, settings.lease_seconds)
         self.history = RunHistory(store)
         self.leases = Leases(store, clock, identity, settings.lease_seconds)
-        self.schedules = ScheduleLog(store, table)
+        self.schedules = ScheduleLog(store, table, on_stale=self.metrics.stale_schedule_copy)
         self.runs = RunLog(store, ledger, history=self.history, leases=self.leases)
         self.reads = RunReads(self.history, self.runs, ledger, clock)
         self._clock = clock
