@@ -178,10 +178,12 @@ class NatsSchedulerProvider:
         self._identity = self._settings.identity or _identity()
 
     async def start(self, handler: RunHandler) -> None:
-        """Connect, prepare the store, load projections, resume leftovers, start firing.
+        """Connect, prepare the store, resume leftovers, start loading the Schedules.
 
         Then serve the admin service (console and CLI actions), unless the settings turn it
-        off for a host that runs it elsewhere.
+        off for a host that runs it elsewhere. It returns before the Schedules are loaded:
+        Schedule changes, firing and the admin service's answers wait for them
+        (:meth:`until_ready`), and the first due times count from this call.
         """
         if self._settings is None:
             self.configure()
@@ -236,6 +238,24 @@ class NatsSchedulerProvider:
             raise SchedulerUnavailable("the scheduler is not running")
         return self._running
 
+    async def _require_ready(self) -> Runtime:
+        """The running parts once the Schedule table is loaded (see :meth:`until_ready`)."""
+        running = self._require_started()
+        await running.until_ready()
+        return running
+
+    async def until_ready(self) -> None:
+        """Wait until this process has loaded every Schedule (``start`` returns before).
+
+        Schedule changes and firing wait for it by themselves, and so does the admin
+        service; SchedulerUnavailable if the load stops making progress."""
+        await self._require_ready()
+
+    @property
+    def ready(self) -> bool:
+        """Whether the Schedule table is loaded (start-up done)."""
+        return self._running is not None and self._running.ready
+
     # ------------------------------------------------------------------ Schedules
 
     async def reconcile(self, schedules: Sequence[Schedule]) -> None:
@@ -247,7 +267,7 @@ class NatsSchedulerProvider:
         changes are stored pipelined. The whole list is checked first (definitions, sizes,
         capacity), so a refused list writes nothing.
         """
-        running = self._require_started()
+        running = await self._require_ready()
         wanted = list(schedules)
         validation.check_reconcile(wanted)
         limit = validation.max_schedule_event_bytes(running.store.max_payload)
@@ -283,7 +303,7 @@ class NatsSchedulerProvider:
 
     async def apply(self, schedule: Schedule) -> None:
         """Create or replace a Schedule; durable (and visible to every replica) on return."""
-        running = self._require_started()
+        running = await self._require_ready()
         validation.check_schedule(schedule)
         self._check_size(schedule,
                          validation.max_schedule_event_bytes(running.store.max_payload))
@@ -310,7 +330,7 @@ class NatsSchedulerProvider:
 
     async def delete(self, deployment_id: str) -> None:
         """No further scheduled Runs; Runs already started continue; history stays."""
-        running = self._require_started()
+        running = await self._require_ready()
         if not validation.usable_id(deployment_id):
             return  # an ID we could never have stored: deleting it is a no-op
         await running.schedules.write(deployment_id, self._delete_decision())
@@ -326,7 +346,7 @@ class NatsSchedulerProvider:
     async def _operator_change(
         self, deployment_id: str, by: str, reason: str, decide_fn: schedulecore.OperatorDecision
     ) -> ScheduleRecord:
-        running = self._require_started()
+        running = await self._require_ready()
         validation.check_operator_action(by, reason)
 
         def decide(current: ScheduleRecord | None) -> ScheduleEventType | None:
@@ -343,13 +363,13 @@ class NatsSchedulerProvider:
 
     async def fire_due(self, deployment_id: str, due_at: datetime) -> Run | None:
         """Store the Run of one due time: the ticker's single code path (:mod:`runtime.firing`)."""
-        running = self._require_started()
+        running = await self._require_ready()
         record = await running.firing.fire_due(deployment_id, due_at)
         return None if record is None else record.to_run()
 
     async def fire_many(self, due_times: list[tuple[str, datetime]]) -> int:
         """Store the Runs of many due times at once: the ticker's path for a busy minute."""
-        return await self._require_started().firing.fire_many(due_times)
+        return await (await self._require_ready()).firing.fire_many(due_times)
 
     async def enqueue(self, request: EnqueueRequest, *, reason: str | None = None) -> Run:
         """Run now or Replay: stored (PENDING) on return; the calendar does not move.

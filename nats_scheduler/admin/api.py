@@ -144,6 +144,9 @@ class ReplicaView(msgspec.Struct, frozen=True, kw_only=True):
     in_flight: list[str] = []
     schedules_planned: int = 0
     metrics: ReplicaMetrics | None = None  # None from replicas older than the field
+    ready: bool = True
+    """False while the replica loads its Schedules after a start (it fires nothing yet;
+    docs/operations.md, "Restarts"). Replicas older than the field were ready."""
 
 
 class LeaseView(msgspec.Struct, frozen=True, kw_only=True):

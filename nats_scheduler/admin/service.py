@@ -209,7 +209,7 @@ class AdminService:
             name=REPLICA_STATUS_ENDPOINT.replace(".", "_"),
             subject=f"{admin}.{REPLICA_STATUS_ENDPOINT}",
             queue_group=f"replica-{self.service.id}",
-            handler=self._wrap(_Empty, self.replica_status),
+            handler=self._wrap(_Empty, self.replica_status, gated=False),
         )
         # Twice: nats-py 2.16 writes a flush's PING straight to the socket, possibly ahead of
         # subscriptions its flusher has not written yet, so one PONG does not prove the server
@@ -230,10 +230,14 @@ class AdminService:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _wrap(self, kind: type[R], handler: Callable[[R], Awaitable[Any]]
-              ) -> Callable[[Request], Awaitable[None]]:
+    def _wrap(self, kind: type[R], handler: Callable[[R], Awaitable[Any]], *,
+              gated: bool = True) -> Callable[[Request], Awaitable[None]]:
+        """``gated``: answer only once the provider has loaded its Schedules (every answer
+        but ``replica.status``, which says whether it has)."""
         async def handle(request: Request) -> None:
             try:
+                if gated:
+                    await self.provider.until_ready()
                 payload = msgspec.json.decode(request.data or b"{}", type=kind)
                 answer = await handler(payload)
                 body = _encoder.encode(answer)
@@ -353,6 +357,7 @@ class AdminService:
             now=self._clock_now,
             in_flight=sorted(dispatcher.in_flight) if dispatcher is not None else [],
             schedules_planned=ticker.planned if ticker is not None else 0,
+            ready=self.provider.ready,
             metrics=None if running is None else msgspec.convert(
                 running.metrics.snapshot(), ReplicaMetrics, from_attributes=True),
         )
