@@ -113,7 +113,7 @@ async def load_ledger(
 
 
 async def load_newest(ledger: Ledger, history: RunHistory, deployments: Iterable[str],
-                      chunk: int = 10_000) -> int:
+                      chunk: int = 1_000) -> int:
     """Seed ``ledger`` with each deployment's newest Run (for the views' "last Run"), a
     chunk of deployments at a time; returns how many were applied."""
     ids = list(deployments)
