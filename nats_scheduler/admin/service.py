@@ -71,6 +71,13 @@ from .api import (
     ScheduleRef,
     ScheduleView,
 )
+from .bounded import (
+    bounded_cluster_status,
+    bounded_health,
+    bounded_replica,
+    fit,
+    reply_budget,
+)
 from .health import HealthPolicy, build_health
 from .reader import REPLICA_STATUS_ENDPOINT, StoreReader, lease_expiries
 from .views import (
@@ -318,7 +325,13 @@ class AdminService:
     async def list_runs(self, req: RunListRequest) -> RunList:
         probe = await self.provider.runs_page(req.deployment_id, limit=probe_limit(req.limit),
                                               before=req.before)
-        return run_list(probe, req.limit)
+        page = run_list(probe, req.limit)
+        # A page of large Runs (prompts up to the Schedule size limit) may not fit one
+        # message: then it ends early and ``next_before`` continues it.
+        kept = fit(page.runs, self._budget()) or page.runs[:1]
+        if len(kept) == len(page.runs):
+            return page
+        return RunList(runs=kept, next_before=kept[-1].run_id)
 
     async def get_run(self, req: RunRef) -> RunView:
         run = await self.provider.get_run(req.run_id)
@@ -348,10 +361,13 @@ class AdminService:
 
     # ------------------------------------------------------------------ cluster
 
+    def _budget(self) -> int:
+        return reply_budget(self.provider.store.max_payload)
+
     async def replica_status(self, _req: _Empty) -> ReplicaView:
         dispatcher, ticker = self.provider.dispatcher, self.provider.ticker
         running = self.provider.runtime
-        return ReplicaView(
+        return bounded_replica(ReplicaView(
             identity=self.provider.identity,
             started_at=self.started_at,
             now=self._clock_now,
@@ -360,10 +376,12 @@ class AdminService:
             ready=self.provider.ready,
             metrics=None if running is None else msgspec.convert(
                 running.metrics.snapshot(), ReplicaMetrics, from_attributes=True),
-        )
+        ), self._budget())
 
     async def cluster_status(self, _req: _Empty) -> ClusterStatus:
-        return await self.reader.cluster_status()
+        """Every replica, lease and Run in flight: the lists cut to fit one message, each
+        with its count (admin/bounded.py)."""
+        return bounded_cluster_status(await self.reader.cluster_status(), self._budget())
 
     async def health(self, _req: _Empty) -> Health:
         leases = lease_expiries(await self.reader.leases())
@@ -372,7 +390,8 @@ class AdminService:
         running = self.provider.runtime
         skipped = [f"{f.poisoned} skipped, last {f.last_poison}"
                    for f in (running.followers if running else []) if f.poisoned]
-        return msgspec.structs.replace(health, skipped_events=skipped)
+        return bounded_health(msgspec.structs.replace(health, skipped_events=skipped),
+                              self._budget())
 
 
 def _reason(value: str | None) -> str | None:
