@@ -36,6 +36,7 @@ from .core.events import (
 )
 from .jetstream.leases import Held
 from .jetstream.runlog import RunLog
+from .jetstream.schedulelog import Decide as ScheduleDecision
 from .jetstream.store import Store
 from .names import (
     enqueued_create_msg_id,
@@ -177,10 +178,12 @@ class NatsSchedulerProvider:
         self._identity = self._settings.identity or _identity()
 
     async def start(self, handler: RunHandler) -> None:
-        """Connect, prepare the store, load projections, resume leftovers, start firing.
+        """Connect, prepare the store, resume leftovers, start loading the Schedules.
 
         Then serve the admin service (console and CLI actions), unless the settings turn it
-        off for a host that runs it elsewhere.
+        off for a host that runs it elsewhere. It returns before the Schedules are loaded:
+        Schedule changes, firing and the admin service's answers wait for them
+        (:meth:`until_ready`), and the first due times count from this call.
         """
         if self._settings is None:
             self.configure()
@@ -235,29 +238,79 @@ class NatsSchedulerProvider:
             raise SchedulerUnavailable("the scheduler is not running")
         return self._running
 
+    async def _require_ready(self) -> Runtime:
+        """The running parts once the Schedule table is loaded (see :meth:`until_ready`)."""
+        running = self._require_started()
+        await running.until_ready()
+        return running
+
+    async def until_ready(self) -> None:
+        """Wait until this process has loaded every Schedule (``start`` returns before).
+
+        Schedule changes and firing wait for it by themselves, and so does the admin
+        service; SchedulerUnavailable if the load stops making progress."""
+        await self._require_ready()
+
+    @property
+    def ready(self) -> bool:
+        """Whether the Schedule table is loaded (start-up done)."""
+        return self._running is not None and self._running.ready
+
     # ------------------------------------------------------------------ Schedules
 
     async def reconcile(self, schedules: Sequence[Schedule]) -> None:
-        """Apply every Schedule given; delete every stored one not given."""
-        self._require_started()
-        validation.check_reconcile(list(schedules))
-        wanted = {s.deployment_id for s in schedules}
-        for schedule in schedules:
-            await self.apply(schedule)
-        for record in self._table.live():
-            if record.deployment_id not in wanted:
-                await self.delete(record.deployment_id)
+        """Apply every Schedule given; delete every stored one not given.
 
-    async def apply(self, schedule: Schedule) -> None:
-        """Create or replace a Schedule; durable (and visible to every replica) on return."""
-        running = self._require_started()
-        validation.check_schedule(schedule)
+        As one ``apply`` per Schedule then one ``delete`` per Schedule missing, but decided
+        in one pass on the Schedule table once one leader read proves it current
+        (:mod:`runtime.freshness`): unchanged Schedules cost no write and no read, the
+        changes are stored pipelined. The whole list is checked first (definitions, sizes,
+        capacity), so a refused list writes nothing.
+        """
+        running = await self._require_ready()
+        wanted = list(schedules)
+        validation.check_reconcile(wanted)
+        limit = validation.max_schedule_event_bytes(running.store.max_payload)
+        for schedule in wanted:
+            self._check_size(schedule, limit)
+        proven = await running.freshness.confirm(since=asyncio.get_running_loop().time())
+        if proven is None:  # the table could not be proven current: decide on the leader's
+            for schedule in wanted:
+                await self.apply(schedule)
+            names = {s.deployment_id for s in wanted}
+            for record in self._table.live():
+                if record.deployment_id not in names:
+                    await self.delete(record.deployment_id)
+            return
+        planned = schedulecore.plan_reconcile(
+            wanted, self._table.get_with_seq, self._table.live(),
+            enabled=self._table.enabled_count(), cap=self.settings.max_active_schedules,
+            now=self._clock.now(), actor=self._identity)
+        by_id = {s.deployment_id: s for s in wanted}
+
+        def redecide(item: schedulecore.PlannedWrite) -> ScheduleDecision:
+            schedule = by_id.get(item.deployment_id)
+            return (self._delete_decision() if schedule is None
+                    else self._apply_decision(schedule))
+
+        await running.schedules.write_planned(planned, redecide)
+
+    def _check_size(self, schedule: Schedule, limit: int) -> None:
         first = schedulecore.decide_apply(None, schedule, now=self._clock.now(),
                                           actor=self._identity)
         assert first is not None
-        validation.check_schedule_size(
-            schedule.deployment_id, len(encode(first)),
-            validation.max_schedule_event_bytes(running.store.max_payload))
+        validation.check_schedule_size(schedule.deployment_id, len(encode(first)), limit)
+
+    async def apply(self, schedule: Schedule) -> None:
+        """Create or replace a Schedule; durable (and visible to every replica) on return."""
+        running = await self._require_ready()
+        validation.check_schedule(schedule)
+        self._check_size(schedule,
+                         validation.max_schedule_event_bytes(running.store.max_payload))
+        await running.schedules.write(schedule.deployment_id, self._apply_decision(schedule))
+
+    def _apply_decision(self, schedule: Schedule) -> ScheduleDecision:
+        """What ``apply(schedule)`` writes on a given stored state (capacity checked)."""
         cap = self.settings.max_active_schedules
 
         def decide(current: ScheduleRecord | None) -> ScheduleEventType | None:
@@ -269,18 +322,18 @@ class NatsSchedulerProvider:
                     self._table.enabled_count(excluding=schedule.deployment_id), cap)
             return event
 
-        await running.schedules.write(schedule.deployment_id, decide)
+        return decide
+
+    def _delete_decision(self) -> ScheduleDecision:
+        return lambda current: schedulecore.decide_delete(current, now=self._clock.now(),
+                                                          actor=self._identity)
 
     async def delete(self, deployment_id: str) -> None:
         """No further scheduled Runs; Runs already started continue; history stays."""
-        running = self._require_started()
+        running = await self._require_ready()
         if not validation.usable_id(deployment_id):
             return  # an ID we could never have stored: deleting it is a no-op
-        await running.schedules.write(
-            deployment_id,
-            lambda current: schedulecore.decide_delete(current, now=self._clock.now(),
-                                                       actor=self._identity),
-        )
+        await running.schedules.write(deployment_id, self._delete_decision())
 
     async def hold(self, deployment_id: str, *, by: str, reason: str) -> ScheduleRecord:
         """Operator hold: stops firing until released; survives apply (docs/contract.md)."""
@@ -293,7 +346,7 @@ class NatsSchedulerProvider:
     async def _operator_change(
         self, deployment_id: str, by: str, reason: str, decide_fn: schedulecore.OperatorDecision
     ) -> ScheduleRecord:
-        running = self._require_started()
+        running = await self._require_ready()
         validation.check_operator_action(by, reason)
 
         def decide(current: ScheduleRecord | None) -> ScheduleEventType | None:
@@ -310,13 +363,13 @@ class NatsSchedulerProvider:
 
     async def fire_due(self, deployment_id: str, due_at: datetime) -> Run | None:
         """Store the Run of one due time: the ticker's single code path (:mod:`runtime.firing`)."""
-        running = self._require_started()
+        running = await self._require_ready()
         record = await running.firing.fire_due(deployment_id, due_at)
         return None if record is None else record.to_run()
 
     async def fire_many(self, due_times: list[tuple[str, datetime]]) -> int:
         """Store the Runs of many due times at once: the ticker's path for a busy minute."""
-        return await self._require_started().firing.fire_many(due_times)
+        return await (await self._require_ready()).firing.fire_many(due_times)
 
     async def enqueue(self, request: EnqueueRequest, *, reason: str | None = None) -> Run:
         """Run now or Replay: stored (PENDING) on return; the calendar does not move.

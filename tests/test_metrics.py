@@ -38,7 +38,7 @@ from nats_scheduler.seam import (
 )
 from nats_scheduler.testing.handler import RecordingRunHandler
 from tests.harness.servers import connect_fast, unique_prefix
-from tests.providers import MongoBackend, eventually, settings
+from tests.providers import MongoBackend, eventually, running, settings
 
 pytestmark = pytest.mark.anyio
 
@@ -201,6 +201,26 @@ async def test_store_errors_are_counted_by_kind(tmp_path: Path) -> None:
             server.restart()
     finally:
         server.stop()
+
+
+async def test_a_stale_schedule_copy_is_counted_apart_from_conflicts(nats_url: str) -> None:
+    """A change decided on this process's copy that another writer made stale is refused
+    once and decided again: a stale copy, not a write conflict."""
+    async with instrumented(nats_url, RecordingRunHandler()) as (provider, reader):
+        await provider.apply(daily("dep"))
+        assert provider.runtime is not None
+        await provider.runtime.followers[0].stop()  # the copy stops hearing of changes
+        async with running(nats_url, provider.settings.prefix) as other:
+            await other.hold("dep", by="ops", reason="incident")
+        changed = Schedule("dep", "dep", "0 4 * * *", "UTC", True, RunPayload("a", "b"), 2)
+        await provider.apply(changed)
+        assert provider.runtime is not None
+        stored = await provider.runtime.schedules.read("dep")
+        assert stored is not None and stored.hold is not None and stored.cron == "0 4 * * *"
+        m = exported(reader)
+        assert point(m, "astrabox.scheduler.schedules.stale_copies") == 1
+        assert point(m, "astrabox.scheduler.store.errors", kind="conflict") == 0
+        assert provider.runtime.metrics.snapshot().stale_schedule_copies == 1
 
 
 async def test_each_replica_reports_its_figures_in_cluster_status(nats_url: str) -> None:

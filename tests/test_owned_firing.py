@@ -37,6 +37,8 @@ async def test_a_stalled_owners_due_times_are_fired_by_the_others_after_the_grac
     deployments = [f"owned-{i}" for i in range(24)]
     async with running(nats_url, prefix, handler, clock=clock_a) as a, \
             running(nats_url, prefix, RecordingRunHandler(), clock=clock_b) as b:
+        await a.until_ready()  # a replica joins the live ones once its Schedules are loaded
+        await b.until_ready()
         assert a.runtime is not None and b.runtime is not None
         assert a.runtime.presence is not None and b.runtime.presence is not None
         presence_a = a.runtime.presence

@@ -170,9 +170,10 @@ async def test_a_restarted_replica_finds_every_unfinished_run_without_the_histor
         await eventually(lambda: not [r for r in first.ledger.unfinished()
                                       if r.deployment_id == "noise"], timeout=15)
     async with running(nats_url, prefix, RecordingRunHandler()) as second:
-        # Start-up loaded the open Runs and each deployment's newest Run, not the history.
+        # Start-up loaded the open Runs, then (in the background, once the Schedules are
+        # loaded) each deployment's newest Run: not the history.
         assert [r.run_id for r in second.ledger.unfinished()] == [waiting.run_id]
-        assert second.ledger.summary("noise").last is not None
+        await eventually(lambda: second.ledger.summary("noise").last is not None, timeout=15)
         # ... and the recovery sweep takes the waiting Run over (it waits for its retry time).
         await eventually(lambda: second.dispatcher is not None
                          and waiting.run_id in second.dispatcher.in_flight, timeout=15)

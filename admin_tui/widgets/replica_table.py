@@ -69,7 +69,7 @@ class ReplicaTable(KeyedTable):
             Text(relative(r.started_at, now).replace(" ago", "")) if r.started_at
             else Text(DASH, style="dim"),
             skew_text(skews.get(r.identity)),
-            Text(str(len(r.in_flight))),
+            Text(str(r.in_flight_count)),
             Text(str(r.schedules_planned)),
             *figure_cells(r.metrics),
         ]) for r in replicas])

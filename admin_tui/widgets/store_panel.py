@@ -34,8 +34,8 @@ def store_table(status: ClusterStatus) -> Table:
         grid.add_row("Detail", Text(store.detail, style="yellow"))
     grid.add_row("Retention", retention_text(store))
     grid.add_row("Processes", str(len(status.replicas)))
-    grid.add_row("In flight", str(len(status.in_flight)))
-    grid.add_row("Leases", str(len(status.leases)))
+    grid.add_row("In flight", str(status.in_flight_count))
+    grid.add_row("Leases", str(status.lease_count))
     return grid
 
 

@@ -30,9 +30,9 @@ def health_text(health: Health | None) -> Text:
     if health is None:
         return Text("health: …", style="dim")
     counts = [
-        (len(health.silent_stops), "silent stop"),
-        (len(health.stuck_runs), "stuck"),
-        (len(health.failed_runs), "failed/24h"),
+        (health.silent_stop_count, "silent stop"),
+        (health.stuck_run_count, "stuck"),
+        (health.failed_run_count, "failed/24h"),
     ]
     if health.skipped_events:  # poison events: shown only when there are any
         counts.append((len(health.skipped_events), "skipping events"))

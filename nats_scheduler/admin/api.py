@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from datetime import datetime
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 
@@ -129,6 +129,7 @@ class ReplicaMetrics(msgspec.Struct, frozen=True, kw_only=True):
     dispatch_retries: int = 0
     takeovers: int = 0
     stale_fire_reads: int = 0
+    stale_schedule_copies: int = 0
     store_errors: dict[str, int] = {}
     events_skipped: dict[str, int] = {}
     schedules: dict[str, int] = {}
@@ -143,6 +144,16 @@ class ReplicaView(msgspec.Struct, frozen=True, kw_only=True):
     in_flight: list[str] = []
     schedules_planned: int = 0
     metrics: ReplicaMetrics | None = None  # None from replicas older than the field
+    in_flight_total: int | None = None
+    """How many Runs it holds (``in_flight`` may list only the first: admin/bounded.py);
+    None from replicas older than the field, whose list was complete."""
+
+    @property
+    def in_flight_count(self) -> int:
+        return _count(self.in_flight_total, self.in_flight)
+    ready: bool = True
+    """False while the replica loads its Schedules after a start (it fires nothing yet;
+    docs/operations.md, "Restarts"). Replicas older than the field were ready."""
 
 
 class LeaseView(msgspec.Struct, frozen=True, kw_only=True):
@@ -175,6 +186,19 @@ class ClusterStatus(msgspec.Struct, frozen=True, kw_only=True):
     leases: list[LeaseView]
     in_flight: list[str]
     store: StoreHealth
+    leases_total: int | None = None
+    """How many live leases there are (``leases`` may list only the first ones, to fit one
+    message: admin/bounded.py); None from replicas older than the field (list complete)."""
+    in_flight_total: int | None = None
+    """How many Runs are in flight (``in_flight`` likewise)."""
+
+    @property
+    def lease_count(self) -> int:
+        return _count(self.leases_total, self.leases)
+
+    @property
+    def in_flight_count(self) -> int:
+        return _count(self.in_flight_total, self.in_flight)
 
 
 class Health(msgspec.Struct, frozen=True, kw_only=True):
@@ -182,6 +206,28 @@ class Health(msgspec.Struct, frozen=True, kw_only=True):
     stuck_runs: list[RunView]  # PENDING/DISPATCHING past their lease
     failed_runs: list[RunView]  # FAILED in the last 24 h
     skipped_events: list[str] = []  # poison events the answering replica's projections skipped
+    silent_stops_total: int | None = None
+    """How many silent stops there are (the list may hold only the first ones, to fit one
+    message: admin/bounded.py); None from replicas older than the field (list complete)."""
+    stuck_runs_total: int | None = None
+    failed_runs_total: int | None = None
+
+    @property
+    def silent_stop_count(self) -> int:
+        return _count(self.silent_stops_total, self.silent_stops)
+
+    @property
+    def stuck_run_count(self) -> int:
+        return _count(self.stuck_runs_total, self.stuck_runs)
+
+    @property
+    def failed_run_count(self) -> int:
+        return _count(self.failed_runs_total, self.failed_runs)
+
+
+def _count(total: int | None, listed: list[Any]) -> int:
+    """A list's full length: the count the answer gives, or the list's own length."""
+    return len(listed) if total is None else max(total, len(listed))
 
 
 # ----------------------------------------------------------------------------- requests

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -57,6 +58,7 @@ from .api import (
     ScheduleView,
     StoreHealth,
 )
+from .bounded import bounded_health
 from .health import HealthPolicy, build_health
 from .views import probe_limit, run_list, schedule_detail, schedule_views
 
@@ -374,14 +376,19 @@ class StoreReader:
     async def cluster_status(self, replica_timeout: float = 1.0) -> ClusterStatus:
         replicas = await self.replicas(replica_timeout)
         in_flight = sorted({run for r in replicas for run in r.in_flight})
-        return ClusterStatus(replicas=replicas, leases=await self.lease_views(),
-                             in_flight=in_flight, store=await self.store_health())
+        leases = await self.lease_views()
+        return ClusterStatus(replicas=replicas, leases=leases, in_flight=in_flight,
+                             store=await self.store_health(), leases_total=len(leases),
+                             in_flight_total=len(in_flight))
 
     async def health(self) -> Health:
         table = await self.schedule_table()
         ledger = await self.ledger([r.deployment_id for r in table.all()])
         leases = lease_expiries(await self.leases())
-        return build_health(table.live(), ledger, leases, self.clock.now(), self.policy)
+        # Read here, not sent: nothing to cut, the counts as the service gives them.
+        return bounded_health(
+            build_health(table.live(), ledger, leases, self.clock.now(), self.policy),
+            budget=sys.maxsize)
 
 
 def _checked(value: str, what: str) -> str:

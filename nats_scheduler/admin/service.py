@@ -71,6 +71,13 @@ from .api import (
     ScheduleRef,
     ScheduleView,
 )
+from .bounded import (
+    bounded_cluster_status,
+    bounded_health,
+    bounded_replica,
+    fit,
+    reply_budget,
+)
 from .health import HealthPolicy, build_health
 from .reader import REPLICA_STATUS_ENDPOINT, StoreReader, lease_expiries
 from .views import (
@@ -209,7 +216,7 @@ class AdminService:
             name=REPLICA_STATUS_ENDPOINT.replace(".", "_"),
             subject=f"{admin}.{REPLICA_STATUS_ENDPOINT}",
             queue_group=f"replica-{self.service.id}",
-            handler=self._wrap(_Empty, self.replica_status),
+            handler=self._wrap(_Empty, self.replica_status, gated=False),
         )
         # Twice: nats-py 2.16 writes a flush's PING straight to the socket, possibly ahead of
         # subscriptions its flusher has not written yet, so one PONG does not prove the server
@@ -230,10 +237,14 @@ class AdminService:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _wrap(self, kind: type[R], handler: Callable[[R], Awaitable[Any]]
-              ) -> Callable[[Request], Awaitable[None]]:
+    def _wrap(self, kind: type[R], handler: Callable[[R], Awaitable[Any]], *,
+              gated: bool = True) -> Callable[[Request], Awaitable[None]]:
+        """``gated``: answer only once the provider has loaded its Schedules (every answer
+        but ``replica.status``, which says whether it has)."""
         async def handle(request: Request) -> None:
             try:
+                if gated:
+                    await self.provider.until_ready()
                 payload = msgspec.json.decode(request.data or b"{}", type=kind)
                 answer = await handler(payload)
                 body = _encoder.encode(answer)
@@ -314,7 +325,13 @@ class AdminService:
     async def list_runs(self, req: RunListRequest) -> RunList:
         probe = await self.provider.runs_page(req.deployment_id, limit=probe_limit(req.limit),
                                               before=req.before)
-        return run_list(probe, req.limit)
+        page = run_list(probe, req.limit)
+        # A page of large Runs (prompts up to the Schedule size limit) may not fit one
+        # message: then it ends early and ``next_before`` continues it.
+        kept = fit(page.runs, self._budget()) or page.runs[:1]
+        if len(kept) == len(page.runs):
+            return page
+        return RunList(runs=kept, next_before=kept[-1].run_id)
 
     async def get_run(self, req: RunRef) -> RunView:
         run = await self.provider.get_run(req.run_id)
@@ -344,21 +361,27 @@ class AdminService:
 
     # ------------------------------------------------------------------ cluster
 
+    def _budget(self) -> int:
+        return reply_budget(self.provider.store.max_payload)
+
     async def replica_status(self, _req: _Empty) -> ReplicaView:
         dispatcher, ticker = self.provider.dispatcher, self.provider.ticker
         running = self.provider.runtime
-        return ReplicaView(
+        return bounded_replica(ReplicaView(
             identity=self.provider.identity,
             started_at=self.started_at,
             now=self._clock_now,
             in_flight=sorted(dispatcher.in_flight) if dispatcher is not None else [],
             schedules_planned=ticker.planned if ticker is not None else 0,
+            ready=self.provider.ready,
             metrics=None if running is None else msgspec.convert(
                 running.metrics.snapshot(), ReplicaMetrics, from_attributes=True),
-        )
+        ), self._budget())
 
     async def cluster_status(self, _req: _Empty) -> ClusterStatus:
-        return await self.reader.cluster_status()
+        """Every replica, lease and Run in flight: the lists cut to fit one message, each
+        with its count (admin/bounded.py)."""
+        return bounded_cluster_status(await self.reader.cluster_status(), self._budget())
 
     async def health(self, _req: _Empty) -> Health:
         leases = lease_expiries(await self.reader.leases())
@@ -367,7 +390,8 @@ class AdminService:
         running = self.provider.runtime
         skipped = [f"{f.poisoned} skipped, last {f.last_poison}"
                    for f in (running.followers if running else []) if f.poisoned]
-        return msgspec.structs.replace(health, skipped_events=skipped)
+        return bounded_health(msgspec.structs.replace(health, skipped_events=skipped),
+                              self._budget())
 
 
 def _reason(value: str | None) -> str | None:

@@ -41,10 +41,10 @@ def healthy(health: Health) -> bool:
                 or health.skipped_events)
 
 
-def _runs(title: str, runs: list[RunView]) -> list[str]:
+def _runs(title: str, runs: list[RunView], count: int | None = None) -> list[str]:
     if not runs:
         return [f"{title}: none"]
-    lines = [f"{title}: {len(runs)}"]
+    lines = [f"{title}: {len(runs) if count is None else count}"]
     for r in runs[:20]:
         lines.append(f"  {r.run_id}  {r.deployment_id}  {r.state.value}  "
                      f"updated {when(r.updated_at)}  {r.error or ''}".rstrip())
@@ -115,7 +115,7 @@ def _replica_row(r: ReplicaView, skews: dict[str, float]) -> list[object]:
     # round first, and + 0.0 turns a rounded -0.0 into 0.0 ("+0.000s", not "-0.000s")
     skew = f"{round(skews[r.identity], 3) + 0.0:+.3f}s" if r.identity in skews else "-"
     m = r.metrics
-    return [r.identity, when(r.started_at), skew, len(r.in_flight), r.schedules_planned,
+    return [r.identity, when(r.started_at), skew, r.in_flight_count, r.schedules_planned,
             None if m is None else sum(m.runs_created.values()),
             None if m is None else sum(m.runs_failed.values()),
             None if m is None else _p99s(m)]
@@ -147,16 +147,20 @@ def status_text(status: ClusterStatus, health: Health) -> str:
     ]
     if status.replicas:
         lines += _replicas(status.replicas)
-    lines.append(f"leases held: {len(status.leases)}")
+    lines.append(f"leases held: {status.lease_count}")
     for lease in status.leases:
         lines.append(f"  {lease.run_id}  by {lease.holder}  until {when(lease.expires_at)}")
-    lines.append(f"in flight: {', '.join(status.in_flight) or 'none'}")
+    lines.append(f"in flight: {', '.join(status.in_flight) or 'none'}"
+                 + _more(status.in_flight_count, status.in_flight))
     lines.append("health: " + ("ok" if healthy(health) else "PROBLEMS"))
-    lines.append("  silent stops: " + (", ".join(health.silent_stops) or "none"))
+    lines.append("  silent stops: " + (", ".join(health.silent_stops) or "none")
+                 + _more(health.silent_stop_count, health.silent_stops))
     for skipped in health.skipped_events:
         lines.append(f"  skipped events: {skipped}")
-    lines += ["  " + line for line in _runs("stuck runs", health.stuck_runs)]
-    lines += ["  " + line for line in _runs("failed runs (24 h)", health.failed_runs)]
+    lines += ["  " + line for line in _runs("stuck runs", health.stuck_runs,
+                                             health.stuck_run_count)]
+    lines += ["  " + line for line in _runs("failed runs (24 h)", health.failed_runs,
+                                             health.failed_run_count)]
     return "\n".join(lines)
 
 
@@ -200,3 +204,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     doctor.add_argument("--monitor-url", help="the server's monitoring URL(s), comma-separated "
                                               "(e.g. http://127.0.0.1:8222)")
     doctor.set_defaults(func=lambda a: run_command(a, _doctor))
+
+
+def _more(count: int, listed: list[object]) -> str:
+    """" (and N more)" when an answer listed only the first ones (admin/bounded.py)."""
+    return f" (and {count - len(listed)} more)" if count > len(listed) else ""

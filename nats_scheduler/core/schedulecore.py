@@ -8,7 +8,7 @@ the append fail and the decision is taken again on fresh state.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
 import msgspec
@@ -23,9 +23,17 @@ from .events import (
     ScheduleReleased,
 )
 
+_DEFINITION = Schedule.__struct_fields__
+
 
 def _definition_equal(record: ScheduleRecord, schedule: Schedule) -> bool:
-    return (not record.deleted) and record.definition() == schedule
+    """``record.definition() == schedule``, field by field without building a Schedule (a
+    reconcile compares every stored Schedule: building and validating each one doubled it)."""
+    if record.deleted:
+        return False
+    if type(schedule) is not Schedule:  # a subclass: compared as before, type included
+        return record.definition() == schedule
+    return all(getattr(record, name) == getattr(schedule, name) for name in _DEFINITION)
 
 
 def decide_apply(
@@ -97,3 +105,54 @@ def check_capacity(
             f"cannot enable deployment {deployment_id!r}: the scheduler supports at most "
             f"{cap} enabled schedules"
         )
+
+
+Known = Callable[[str], "tuple[int, ScheduleRecord] | None"]
+"""A deployment's Schedule as the table holds it, with the sequence of its last event."""
+
+
+class PlannedWrite(msgspec.Struct, frozen=True):
+    """One change a reconcile stores: decided on the table's copy at ``seq`` (0: none)."""
+
+    deployment_id: str
+    seq: int
+    event: ScheduleApplied | ScheduleDeleted
+
+
+def plan_reconcile(
+    schedules: Sequence[Schedule], known: Known, live: Iterable[ScheduleRecord], *,
+    enabled: int, cap: int, now: datetime, actor: str,
+) -> list[PlannedWrite]:
+    """What ``reconcile(schedules)`` writes, decided in one pass on a table proven current.
+
+    The same decisions as one ``apply`` per Schedule in the order given, then one ``delete``
+    per live Schedule not given (:func:`decide_apply`, :func:`check_capacity` counting the
+    Schedules enabled by the applies before it, :func:`decide_delete`), so the outcome is
+    the sequential one. Unchanged Schedules plan nothing. Raises before returning anything,
+    so a refused list writes nothing. ``enabled``: the table's enabled Schedules.
+    """
+    planned: list[PlannedWrite] = []
+    wanted: set[str] = set()
+    for schedule in schedules:
+        deployment_id = schedule.deployment_id
+        wanted.add(deployment_id)
+        entry = known(deployment_id)
+        seq, current = (0, None) if entry is None else entry
+        event = decide_apply(current, schedule, now=now, actor=actor)
+        if event is None:
+            continue
+        was = current is not None and current.enabled and not current.deleted
+        if schedule.enabled:
+            check_capacity(deployment_id, current, enabled - was, cap)
+        enabled += schedule.enabled - was
+        planned.append(PlannedWrite(deployment_id, seq, event))
+    for record in live:
+        if record.deployment_id in wanted:
+            continue
+        entry = known(record.deployment_id)
+        if entry is None:
+            continue
+        deleted = decide_delete(entry[1], now=now, actor=actor)
+        if deleted is not None:
+            planned.append(PlannedWrite(record.deployment_id, entry[0], deleted))
+    return planned

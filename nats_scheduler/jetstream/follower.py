@@ -60,13 +60,27 @@ class Follower:
     async def start(self, timeout: float = 30.0) -> None:
         """Subscribe and return once every event stored before the call has been applied
         (TimeoutError when ``timeout`` seconds pass without any event applied)."""
+        await self.subscribe()
+        await self.caught_up(timeout)
+
+    async def subscribe(self) -> None:
+        """Subscribe; the replay of what is stored goes on in the background
+        (:meth:`caught_up` waits for it, :attr:`replayed` says whether it is done)."""
         self._target_seq = await self.store.last_seq(self.stream)
         if self._target_seq == 0 or self.from_seq is not None:
             self._caught_up.set()  # nothing to replay: only what comes from now on
         self._sub = await self.store.follow(self.stream, self.filter_subject, self._deliver,
                                              heartbeat=self.heartbeat, from_seq=self.from_seq)
-        # ``timeout`` without progress: a long replay that keeps moving (100,000 Schedules
-        # on a busy machine) is waited for; a stalled one fails after ``timeout``.
+
+    @property
+    def replayed(self) -> bool:
+        """Whether every event stored before :meth:`subscribe` has been applied."""
+        return self._caught_up.is_set()
+
+    async def caught_up(self, timeout: float = 30.0) -> None:
+        """Return once the replay is done; TimeoutError after ``timeout`` seconds without
+        any event applied. A long replay that keeps moving (100,000 Schedules on a busy
+        machine) is waited for; a stalled one fails after ``timeout``."""
         progress = self.applied_seq
         while True:
             try:

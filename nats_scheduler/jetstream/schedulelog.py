@@ -16,14 +16,16 @@ the leader's state, since a stale copy could make a needed write look like a no-
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from ..core.events import ScheduleEventType, ScheduleRecord, decode_schedule_event, encode
-from ..names import schedule_event_msg_id
+from ..core.schedulecore import PlannedWrite
+from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_MSG_ID, schedule_event_msg_id
 from ..projections.schedule_table import ScheduleTable
 from ..seam import SchedulerUnavailable
-from .errors import Conflict
+from .errors import Conflict, is_conflict
 from .store import Store
 
 Decide = Callable[[ScheduleRecord | None], ScheduleEventType | None]
@@ -35,14 +37,27 @@ MAX_DECISIONS = 50
 """How often one change is decided again after losing a race before it gives up. Each lost
 race means another writer's change was stored, so this bounds livelock, not waiting."""
 
+PIPELINE_CHUNK = 500
+"""Planned writes sent per pipelined batch: every acknowledgement of a batch must arrive
+within the publisher's timeout, so a batch is what the server acknowledges in well under it."""
+
+PIPELINE_BATCHES = 4
+"""Pipelined batches in flight at once."""
+
+
+def _headers(msg_id: str, expected_seq: int) -> dict[str, str]:
+    return {HDR_MSG_ID: msg_id, HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: str(expected_seq)}
+
 
 class ScheduleLog:
     """Append and read the events of Schedules."""
 
-    def __init__(self, store: Store, table: ScheduleTable) -> None:
+    def __init__(self, store: Store, table: ScheduleTable, *,
+                 on_stale: Callable[[], None] | None = None) -> None:
         self._store = store
         self._table = table
         self._names = store.names
+        self._on_stale = on_stale or (lambda: None)
 
     async def read(self, deployment_id: str) -> ScheduleRecord | None:
         """The Schedule as the stream leader has it (also applied to the table), or None."""
@@ -53,15 +68,18 @@ class ScheduleLog:
         self._table.apply(last.seq, record)
         return record
 
-    async def write(self, deployment_id: str, decide: Decide) -> ScheduleRecord | None:
+    async def write(self, deployment_id: str, decide: Decide, *,
+                    on_copy: bool = True) -> ScheduleRecord | None:
         """Decide on the stored state and append conditionally; on a race, decide again.
 
         Returns the Schedule after the change (or as stored, when ``decide`` wrote nothing).
-        The first decision uses the table's copy (see the module docstring); ``decide`` may
-        therefore be called more than once and must not act beyond returning or raising.
+        The first decision uses the table's copy (see the module docstring) unless
+        ``on_copy`` is False; ``decide`` may therefore be called more than once and must not
+        act beyond returning or raising.
         """
         subject = self._names.schedule_subject(deployment_id)
-        for attempt in range(MAX_DECISIONS):
+        first = 0 if on_copy else 1
+        for attempt in range(first, MAX_DECISIONS):
             seq, current = (self._known(deployment_id) if attempt == 0
                             else await self._leader_state(subject))
             try:
@@ -74,19 +92,78 @@ class ScheduleLog:
                 if attempt == 0:
                     continue  # nothing to write by the copy: confirm on the leader's state
                 return current
-            try:
-                new_seq, _ = await self._store.append(
-                    subject, encode(event), expected_seq=seq,
-                    msg_id=schedule_event_msg_id(deployment_id, seq),
-                )
-            except Conflict:
-                continue
+            data, msg_id = encode(event), schedule_event_msg_id(deployment_id, seq)
+            if attempt == 0:
+                stored = await self._append_on_copy(subject, data, seq, msg_id)
+                if stored is None:
+                    continue  # the copy was stale (or the append unanswered): on the leader's
+                new_seq = stored
+            else:
+                try:
+                    new_seq, _ = await self._store.append(subject, data, expected_seq=seq,
+                                                          msg_id=msg_id)
+                except Conflict:
+                    continue
             self._table.apply(new_seq, event.schedule)
             return event.schedule
         raise SchedulerUnavailable(
             f"could not change the schedule of deployment {deployment_id!r}: "
             "too many concurrent changes"
         )
+
+    async def _append_on_copy(self, subject: str, data: bytes, seq: int,
+                              msg_id: str) -> int | None:
+        """Append a change decided on the table's copy, once; its sequence, or None.
+
+        Sent once, not through the store's retries: a refusal here means the copy was
+        stale, not that two writers raced on the stored state, so it is counted apart
+        (``on_stale``), not as a conflict; any other failure is left to the decision on the
+        leader's state that follows, which retries (and finds the change if it was stored).
+        """
+        try:
+            ack = await self._store.acks.publish(subject, data, _headers(msg_id, seq))
+        except Exception as exc:
+            if is_conflict(exc):
+                self._on_stale()
+            return None
+        return None if ack.duplicate else ack.seq
+
+    async def write_planned(self, planned: Sequence[PlannedWrite],
+                            redecide: Callable[[PlannedWrite], Decide]) -> None:
+        """Store changes decided on the table's copy, pipelined (``reconcile``).
+
+        Each is appended conditionally on the sequence it was decided on, exactly as the first
+        attempt of :meth:`write`; one the store refuses (a writer got there first) or does
+        not acknowledge is decided again on the leader's state through :meth:`write` with
+        ``redecide(planned)``, so the outcome is that of one :meth:`write` per change.
+        """
+        limit = asyncio.Semaphore(PIPELINE_BATCHES)
+
+        async def batch(chunk: Sequence[PlannedWrite]) -> None:
+            async with limit:
+                retry = await self._send(chunk)
+            for item in retry:
+                await self.write(item.deployment_id, redecide(item), on_copy=False)
+
+        await asyncio.gather(*(batch(planned[i:i + PIPELINE_CHUNK])
+                               for i in range(0, len(planned), PIPELINE_CHUNK)))
+
+    async def _send(self, chunk: Sequence[PlannedWrite]) -> list[PlannedWrite]:
+        """Send one batch and apply what was stored; returns the writes to decide again."""
+        messages = [
+            (self._names.schedule_subject(item.deployment_id), encode(item.event),
+             _headers(schedule_event_msg_id(item.deployment_id, item.seq), item.seq))
+            for item in chunk]
+        retry = []
+        for item, result in zip(chunk, await self._store.acks.publish_many(messages),
+                                strict=True):
+            if isinstance(result, Exception) and is_conflict(result):
+                self._on_stale()
+            if isinstance(result, Exception) or result.duplicate:
+                retry.append(item)  # refused, lost, or not ours: decide on the leader's state
+            else:
+                self._table.apply(result.seq, item.event.schedule)
+        return retry
 
     def _known(self, deployment_id: str) -> tuple[int, ScheduleRecord | None]:
         """The table's copy with its sequence; (0, None) when this process saw none."""

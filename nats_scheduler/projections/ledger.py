@@ -23,10 +23,13 @@ last event per subject) is taken as given: there is nothing to check it against.
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import msgspec
 
 from ..core.events import RunEventType, RunRecord
 from ..core.runcore import TransitionError, evolve
@@ -41,33 +44,72 @@ MAX_FAILURES = 200
 """FAILED Runs kept per deployment summary; older ones are dropped first."""
 
 
-@dataclass
+class RunMark(msgspec.Struct, frozen=True, gc=False):
+    """What a summary keeps of a deployment's newest Run: what the views show of it.
+
+    Not the whole record (payload, notes, bookkeeping): one summary per deployment is held
+    for every Schedule, so this is most of the ledger's memory at 100,000 Schedules
+    (docs/benchmarks.md)."""
+
+    run_id: str
+    state: RunState
+    trigger: Trigger
+    created: float
+    """``created_at`` as a POSIX timestamp (half a datetime's size)."""
+    due: float | None
+
+    @property
+    def created_at(self) -> datetime:
+        return datetime.fromtimestamp(self.created, UTC)
+
+    @property
+    def due_at(self) -> datetime | None:
+        return None if self.due is None else datetime.fromtimestamp(self.due, UTC)
+
+    @classmethod
+    def of(cls, record: RunRecord) -> RunMark:
+        due = record.due_at
+        return cls(record.run_id, record.state, record.trigger, record.created_at.timestamp(),
+                   None if due is None else due.timestamp())
+
+
+@dataclass(slots=True)
 class DeploymentSummary:
     """What the views need of one deployment's history, without the history."""
 
-    last: RunRecord | None = None
-    last_scheduled: RunRecord | None = None
-    failures: dict[str, RunRecord] = field(default_factory=dict)
+    last: RunMark | None = None
+    last_scheduled: RunMark | None = None
+    failures: dict[str, RunRecord] | None = None
+    """FAILED Runs of the last day (None: none; most deployments have none)."""
 
     def note(self, record: RunRecord) -> None:
+        mark: RunMark | None = None
         if self.last is None or _order(record) >= _order(self.last):
-            self.last = record
+            self.last = mark = RunMark.of(record)
         if record.trigger == Trigger.SCHEDULE and (
                 self.last_scheduled is None or _order(record) >= _order(self.last_scheduled)):
-            self.last_scheduled = record
+            self.last_scheduled = mark or RunMark.of(record)
         if record.state == RunState.FAILED:
-            self.failures[record.run_id] = record
-            if len(self.failures) > MAX_FAILURES:
-                oldest = min(self.failures.values(), key=lambda r: r.updated_at)
-                del self.failures[oldest.run_id]
+            failures = self.failures
+            if failures is None:
+                failures = self.failures = {}
+            failures[record.run_id] = record
+            if len(failures) > MAX_FAILURES:
+                oldest = min(failures.values(), key=lambda r: r.updated_at)
+                del failures[oldest.run_id]
 
     def forget_before(self, cutoff: datetime) -> None:
+        if not self.failures:
+            return
         for run_id in [r for r, rec in self.failures.items() if rec.updated_at < cutoff]:
             del self.failures[run_id]
+        if not self.failures:
+            self.failures = None
 
 
-def _order(record: RunRecord) -> tuple[datetime, str]:
-    return (record.created_at, record.run_id)
+def _order(record: RunRecord | RunMark) -> tuple[float, str]:
+    created = record.created if isinstance(record, RunMark) else record.created_at.timestamp()
+    return (created, record.run_id)
 
 
 class Ledger:
@@ -107,8 +149,14 @@ class Ledger:
         self._recent_of.setdefault(record.deployment_id, set()).add(record.run_id)
         while len(self._recent) > self._recent_limit:
             _, (_, evicted) = self._recent.popitem(last=False)
-            self._recent_of[evicted.deployment_id].discard(evicted.run_id)
-        self._summaries.setdefault(record.deployment_id, DeploymentSummary()).note(record)
+            ids = self._recent_of[evicted.deployment_id]
+            ids.discard(evicted.run_id)
+            if not ids:  # an empty set per deployment ever touched adds up (200 B each)
+                del self._recent_of[evicted.deployment_id]
+        summary = self._summaries.get(record.deployment_id)
+        if summary is None:  # the key shared with the Schedule table's (sys.intern)
+            summary = self._summaries[sys.intern(record.deployment_id)] = DeploymentSummary()
+        summary.note(record)
         for listener in self._listeners:
             listener(record)
         return True
@@ -155,7 +203,7 @@ class Ledger:
         found = []
         for summary in chosen:
             summary.forget_before(since - FAILURE_MEMORY)
-            found.extend(r for r in summary.failures.values() if r.updated_at >= since)
+            found.extend(r for r in (summary.failures or {}).values() if r.updated_at >= since)
         return found
 
     def deployments(self) -> list[str]:

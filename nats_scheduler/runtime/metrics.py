@@ -87,6 +87,10 @@ STALE_FIRE_READS = InstrumentSpec(
     "astrabox.scheduler.fire.stale_reads", "counter", "{read}",
     "Schedule reads that aged past the pause-visibility bound before the create and were "
     "done again")
+STALE_SCHEDULE_COPIES = InstrumentSpec(
+    "astrabox.scheduler.schedules.stale_copies", "counter", "{write}",
+    "Schedule changes decided on this process's copy of the Schedule that the store refused "
+    "because the copy was stale, then decided again on the stored state (not conflicts)")
 STORE_ERRORS = InstrumentSpec(
     "astrabox.scheduler.store.errors", "counter", "{error}",
     "Store failures: retried (kind=transient), raised as unavailable (kind=unavailable), "
@@ -104,8 +108,8 @@ RUNS_IN_FLIGHT = InstrumentSpec(
     "Runs this process holds the lease of right now")
 
 INSTRUMENTS = (FIRE_LATENESS, RUNS_CREATED, RUNS_DISPATCHED, RUNS_FAILED, DISPATCH_ATTEMPTS,
-               DISPATCH_RETRIES, TAKEOVERS, STALE_FIRE_READS, STORE_ERRORS, EVENTS_SKIPPED,
-               SCHEDULES, RUNS_IN_FLIGHT)
+               DISPATCH_RETRIES, TAKEOVERS, STALE_FIRE_READS, STALE_SCHEDULE_COPIES,
+               STORE_ERRORS, EVENTS_SKIPPED, SCHEDULES, RUNS_IN_FLIGHT)
 """Every instrument the provider exports (docs/operations.md lists the same)."""
 
 
@@ -131,6 +135,7 @@ class Snapshot:
     dispatch_retries: int = 0
     takeovers: int = 0
     stale_fire_reads: int = 0
+    stale_schedule_copies: int = 0
     store_errors: dict[str, int] = field(default_factory=dict)
     events_skipped: dict[str, int] = field(default_factory=dict)
     schedules: dict[str, int] = field(default_factory=dict)
@@ -215,6 +220,11 @@ class Metrics:
     def stale_fire_read(self) -> None:
         self._count(STALE_FIRE_READS, "", {})
 
+    def stale_schedule_copy(self) -> None:
+        """A Schedule change decided on this process's stale copy was refused, to be decided
+        again on the stored state: the copy's cost, counted apart from real conflicts."""
+        self._count(STALE_SCHEDULE_COPIES, "", {})
+
     def store_error(self, kind: StoreErrorKind) -> None:
         self._count(STORE_ERRORS, kind, {"kind": kind})
 
@@ -292,6 +302,7 @@ class Metrics:
             dispatch_retries=total(DISPATCH_RETRIES),
             takeovers=total(TAKEOVERS),
             stale_fire_reads=total(STALE_FIRE_READS),
+            stale_schedule_copies=total(STALE_SCHEDULE_COPIES),
             store_errors=by_key(STORE_ERRORS),
             events_skipped=by_key(EVENTS_SKIPPED),
             schedules={state: n for state, n in self._schedules.items() if n},

@@ -108,11 +108,22 @@ async def load_ledger(
     states = await history.states_by_id(wanted)
     for seq, record in states.values():
         ledger.apply(seq, record)
-    latest = await history.latest(deployments)
-    newest = await history.states([(dep, e.run_id) for dep, e in latest.items()])
-    for seq, record in newest.values():
-        ledger.apply(seq, record)
+    await load_newest(ledger, history, deployments)
     return [run_id for run_id in wanted if run_id not in states]
+
+
+async def load_newest(ledger: Ledger, history: RunHistory, deployments: Iterable[str],
+                      chunk: int = 1_000) -> int:
+    """Seed ``ledger`` with each deployment's newest Run (for the views' "last Run"), a
+    chunk of deployments at a time; returns how many were applied."""
+    ids = list(deployments)
+    applied = 0
+    for start in range(0, len(ids), chunk):
+        latest = await history.latest(ids[start:start + chunk])
+        newest = await history.states([(dep, e.run_id) for dep, e in latest.items()])
+        for seq, record in newest.values():
+            applied += ledger.apply(seq, record)
+    return applied
 
 
 WARM_UP_RUNS = 50_000

@@ -70,8 +70,11 @@ class Ticker:
         self._running = False
         self.fired = 0
 
-    def update(self, record: ScheduleRecord) -> None:
-        """Plan ``record`` again after a change (from the Schedule table's listener)."""
+    def update(self, record: ScheduleRecord, after: datetime | None = None) -> None:
+        """Plan ``record`` again after a change (from the Schedule table's listener).
+
+        ``after``: plan its first due time after this instant, not now (a replica plans
+        what it loaded from the instant it started)."""
         known = self._current.get(record.deployment_id)
         if not record.active:
             if known is not None:
@@ -79,7 +82,8 @@ class Ticker:
             return
         if known is not None and (known[1], known[2]) == (record.cron, record.timezone):
             return  # same calendar: keep the planned due time
-        self._plan(record.deployment_id, record.cron, record.timezone, self._clock.now())
+        self._plan(record.deployment_id, record.cron, record.timezone,
+                   after or self._clock.now())
 
     def _plan(self, deployment_id: str, cron: str, timezone: str, after: datetime) -> None:
         try:

@@ -13,6 +13,14 @@ answers the seam's calls with its logs, reads and projections. Its
 Start-up reads never depend on the history's length (docs/architecture.md, "History and
 retention"): the Schedules (one event per Schedule), the open Runs (one key per unfinished
 Run), each deployment's newest Run, and from then on the new Run events only.
+
+Only the open Runs are read before ``start`` returns (the recovery sweep resumes them at
+once). The Schedule table loads in the background behind a readiness gate
+(:meth:`Runtime.until_ready`; docs/architecture.md, "Start-up and readiness"): Schedule
+changes, firing and the admin service wait for it, the ticker plans every Schedule from the
+instant this process started (so a due time that passed while it loaded fires, once), and
+the replica joins the live ones only then, so the others own every due time meanwhile.
+Each deployment's newest Run loads after that, for the views.
 """
 
 from __future__ import annotations
@@ -47,7 +55,7 @@ from .dispatcher import Dispatcher
 from .firing import Firing
 from .freshness import Freshness
 from .metrics import Metrics
-from .reads import RunReads, load_ledger, load_recent
+from .reads import RunReads, load_ledger, load_newest, load_recent
 from .ticker import Fire, FireMany, Ticker
 
 log = logging.getLogger(__name__)
@@ -60,6 +68,14 @@ RETENTION_OWNER_KEY = "history retention"
 
 ADMIN_STOP_SECONDS = 2.0
 """How long ``stop`` waits for the admin service to unsubscribe before going on."""
+
+READY_PATIENCE_SECONDS = 30.0
+"""How long a caller waits for the Schedule table without the load making any progress
+before it hears the scheduler is unavailable (a load that keeps moving is waited for)."""
+
+PLAN_CHUNK = 5_000
+"""Schedules planned per event-loop turn when the table is ready (100,000 take about a
+second of CPU: in chunks, the loop keeps answering meanwhile)."""
 
 LOOPS_STOP_SECONDS = 5.0
 """How long ``stop`` waits for the ticker, sweep, retention and warm-up loops to end."""
@@ -89,7 +105,7 @@ class Runtime:
         self.claim_grace = min(1.0, settings.lease_seconds)
         self.history = RunHistory(store)
         self.leases = Leases(store, clock, identity, settings.lease_seconds)
-        self.schedules = ScheduleLog(store, table)
+        self.schedules = ScheduleLog(store, table, on_stale=self.metrics.stale_schedule_copy)
         self.runs = RunLog(store, ledger, history=self.history, leases=self.leases)
         self.reads = RunReads(self.history, self.runs, ledger, clock)
         self._clock = clock
@@ -106,6 +122,10 @@ class Runtime:
         self._background: list[asyncio.Task[None]] = []
         self._closing: set[asyncio.Task[None]] = set()
         self._retention_cursor = 0
+        self.began = clock.now()
+        """When this process started: the ticker's first due times count from here."""
+        self._ready = asyncio.Event()
+        self._ready_failed: BaseException | None = None
 
     @classmethod
     async def connect(
@@ -117,6 +137,7 @@ class Runtime:
         ``meter_provider``: where the metrics go; None is the global one (no-op unless the
         host installed an OpenTelemetry SDK).
         """
+        began = clock.now()
         metrics = Metrics(meter_provider)
         store = Store(await connect(settings, identity), settings, count_error=metrics.store_error)
         try:
@@ -124,15 +145,16 @@ class Runtime:
             await store.ensure()
             runtime = cls(store, ledger=ledger, table=table, clock=clock, identity=identity,
                           metrics=metrics)
+            runtime.began = began
             await runtime._load_projections(settings)
-            await runtime._join()
         except BaseException:
             await store.close()
             raise
         return runtime
 
     async def _load_projections(self, settings: NatsSettings) -> None:
-        """Schedules from their last events; Runs from the open keys, then new events only.
+        """Schedules from their last events (in the background: :meth:`_become_ready`);
+        Runs from the open keys, then new events only.
 
         The Run events' last sequence is read BEFORE the open keys: a Run created after that
         point is delivered by the follower, one created before it had its key opened before
@@ -157,21 +179,17 @@ class Runtime:
                      on_message=on_run, from_seq=runs_from,
                      on_skip=lambda: self.metrics.event_skipped("runs")),
         ]
-        try:
-            for follower in self.followers:
-                await follower.start(timeout=max(30.0, settings.store_retry_seconds))
-        except TimeoutError as exc:
-            raise SchedulerUnavailable(
-                "the scheduler store is unavailable: loading the Schedules and Runs timed out"
-            ) from exc
+        await self.followers[1].subscribe()  # the Run follower: nothing to replay
         open_runs = await self.store.retrying("could not read the open runs",
                                               self.leases.open_runs)
-        never_stored = await load_ledger(self.ledger, self.history, open_runs,
-                                         [r.deployment_id for r in self.table.all()])
+        never_stored = await load_ledger(self.ledger, self.history, open_runs, [])
         for run_id in never_stored:
             if open_runs[run_id].expires_at <= self._clock.now():
                 with contextlib.suppress(Exception):
                     await self.leases.forget(run_id)
+        # Last: its replay (one message per Schedule) goes on in the background, and the
+        # reads above must not queue behind 100,000 of them.
+        await self.followers[0].subscribe()
 
     async def _join(self) -> None:
         """Join the live replicas, so due times get one owner each (runtime/ticker.py).
@@ -189,6 +207,61 @@ class Runtime:
                         "due time itself", exc)
             return
         self.presence = presence
+
+    @property
+    def ready(self) -> bool:
+        """Whether the Schedule table is loaded (and the ticker plans from it)."""
+        return self._ready.is_set()
+
+    async def until_ready(self) -> None:
+        """Wait for the Schedule table to load (at once when it has).
+
+        SchedulerUnavailable when the load fails, or makes no progress for
+        ``READY_PATIENCE_SECONDS``: a caller is told, not held for ever."""
+        follower = self.followers[0] if self.followers else None
+        progress = -1
+        while not self._ready.is_set():
+            if self._ready_failed is not None:
+                raise SchedulerUnavailable(
+                    "the scheduler could not load its schedules; see the scheduler's log")
+            seen = follower.applied_seq if follower is not None else 0
+            if seen <= progress:
+                raise SchedulerUnavailable(
+                    "the scheduler store is unavailable: loading the schedules timed out")
+            progress = seen
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ready.wait(), READY_PATIENCE_SECONDS)
+
+    async def _become_ready(self, ticker: Ticker) -> None:
+        """Wait for the Schedule table, join the live replicas, plan every Schedule from the
+        instant this process started, open the gate; then load each deployment's newest Run
+        and the last day's Runs (the views' summaries)."""
+        try:
+            follower = self.followers[0]
+            while True:
+                try:
+                    await follower.caught_up(READY_PATIENCE_SECONDS)
+                    break
+                except TimeoutError:
+                    log.warning("loading the schedules makes no progress; still waiting")
+            await self._join()
+            records = self.table.all()
+            self.table.subscribe(ticker.update)  # changes from now on plan themselves
+            self.metrics.watch_schedules(records, self.table.subscribe)
+            for start in range(0, len(records), PLAN_CHUNK):
+                for record in records[start:start + PLAN_CHUNK]:
+                    current = self.table.get(record.deployment_id) or record
+                    ticker.update(current, after=max(self.began, current.updated_at))
+                await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            self._ready_failed = exc
+            log.exception("the schedules could not be loaded; this replica does not fire")
+            raise
+        self._ready.set()
+        log.info("schedules loaded: %d (%d planned)", len(records), ticker.planned)
+        await self._warm_up()
 
     def _owns_due(self, deployment_id: str, due: datetime) -> bool:
         return self._owns(owner_key(deployment_id, due))
@@ -227,11 +300,7 @@ class Runtime:
             metrics=self.metrics,
         )
         ticker = Ticker(self._clock, fire, fire_many=fire_many, owns=self._owns_due,
-                        exists=self._exists)
-        for record in self.table.all():
-            ticker.update(record)
-        self.table.subscribe(ticker.update)
-        self.metrics.watch_schedules(self.table.all(), self.table.subscribe)
+                        exists=self._exists)  # planned once the table is ready
         self.dispatcher, self.ticker = dispatcher, ticker
         self._background = [
             asyncio.create_task(ticker.run(), name="ticker"),
@@ -239,14 +308,17 @@ class Runtime:
                 dispatcher.sweep_forever(max(0.2, settings.lease_seconds / 5)),
                 name="recovery sweep",
             ),
-            asyncio.create_task(self._warm_up(), name="history warm-up"),
+            asyncio.create_task(self._become_ready(ticker), name="schedule load and warm-up"),
             asyncio.create_task(self._retention_forever(settings.retention_interval),
                                 name="retention"),
         ]
 
     async def _warm_up(self) -> None:
-        """Load the last day's Runs into the ledger's summaries (failures, last scheduled)."""
+        """Load each deployment's newest Run and the last day's Runs into the ledger's
+        summaries (last Run, failures, last scheduled)."""
         try:
+            await load_newest(self.ledger, self.history,
+                              [record.deployment_id for record in self.table.all()])
             await load_recent(self.ledger, self.history, self._clock.now())
         except Exception:
             log.warning("could not load the last day's runs; views fill in as runs change",

@@ -1,0 +1,177 @@
+"""``reconcile`` as a diff, on a real server: it writes exactly the changes, or nothing.
+
+AstraBox calls ``reconcile(every stored Schedule)`` on every replica at every restart, so the
+usual call changes nothing: it must store nothing (the Schedule stream's last sequence does
+not move). A mixed list stores one event per change and per deletion, and a list the
+provider refuses (a bad Schedule, or one more enabled Schedule than the capacity) stores
+nothing at all, whatever its position in the list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+
+import pytest
+
+from nats_scheduler.core import schedulecore
+from nats_scheduler.core.events import ScheduleRecord
+from nats_scheduler.jetstream.schedulelog import Decide, ScheduleLog
+from nats_scheduler.jetstream.store import StoredMessage
+from nats_scheduler.natsserver.process import NatsServer
+from nats_scheduler.projections.schedule_table import ScheduleTable
+from nats_scheduler.provider import NatsSchedulerProvider
+from nats_scheduler.seam import (
+    InvalidSchedule,
+    RunPayload,
+    Schedule,
+    ScheduleCapacityExceeded,
+)
+from tests.harness.servers import unique_prefix
+from tests.providers import assert_clean, running
+
+pytestmark = pytest.mark.anyio
+
+COUNT = 300
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def schedule(i: int, *, prompt: str = "p", enabled: bool = True, version: int = 1) -> Schedule:
+    dep = f"dep-{i:04d}"
+    return Schedule(dep, dep, f"{i % 60} {i % 24} * * *", "UTC", enabled,
+                    RunPayload("agent", prompt), version)
+
+
+@pytest.fixture
+async def provider(nats_server: NatsServer) -> AsyncIterator[NatsSchedulerProvider]:
+    async with running(nats_server.url, unique_prefix(), max_active_schedules=COUNT + 5) as p:
+        yield p
+
+
+async def last_seq(provider: NatsSchedulerProvider) -> int:
+    return await provider.store.last_seq(provider.store.names.schedules_stream)
+
+
+async def stored(provider: NatsSchedulerProvider, dep: str) -> ScheduleRecord | None:
+    """The Schedule as the stream leader has it."""
+    assert provider.runtime is not None
+    return await provider.runtime.schedules.read(dep)
+
+
+async def test_an_unchanged_list_writes_nothing(
+    provider: NatsSchedulerProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wanted = [schedule(i) for i in range(COUNT)]
+    await provider.reconcile(wanted)
+    assert await last_seq(provider) == COUNT
+    await provider.hold("dep-0007", by="ops", reason="incident")
+    before = await last_seq(provider)
+    reads: list[str] = []
+    original = provider.store.last
+
+    async def last(subject: str, stream: str | None = None) -> StoredMessage | None:
+        reads.append(subject)
+        return await original(subject, stream)
+
+    monkeypatch.setattr(provider.store, "last", last)
+    await provider.reconcile(wanted)
+    await provider.reconcile(list(reversed(wanted)))
+    assert reads == [], "an unchanged Schedule costs no read of its own"
+    assert await last_seq(provider) == before
+    held = await stored(provider, "dep-0007")
+    assert held is not None and held.hold is not None, "reconcile must keep an operator hold"
+
+
+async def test_a_mixed_list_writes_exactly_the_changes(provider: NatsSchedulerProvider) -> None:
+    await provider.reconcile([schedule(i) for i in range(COUNT)])
+    await provider.hold("dep-0003", by="ops", reason="incident")
+    before = await last_seq(provider)
+    wanted = [schedule(i) for i in range(10, COUNT)]  # 0-9 deleted
+    wanted[0] = schedule(10, prompt="changed", version=2)  # changed
+    wanted[1] = schedule(11, prompt="stale", version=1)  # same version: a no-op
+    wanted[2] = schedule(12, prompt="older", version=0)  # version 0 always replaces
+    wanted[3] = schedule(13, enabled=False, version=2)  # disabled
+    wanted += [schedule(COUNT + 1), schedule(COUNT + 2)]  # new
+    await provider.reconcile(wanted)
+    assert await last_seq(provider) == before + 10 + 3 + 2
+    gone = await stored(provider, "dep-0003")
+    assert gone is not None and gone.deleted and gone.hold is None
+    for dep, prompt, enabled in [("dep-0010", "changed", True), ("dep-0011", "p", True),
+                                 ("dep-0012", "older", True), ("dep-0013", "p", False)]:
+        record = await stored(provider, dep)
+        assert record is not None and not record.deleted, dep
+        assert (record.payload.prompt, record.enabled) == (prompt, enabled), dep
+    assert await stored(provider, f"dep-{COUNT + 2:04d}") is not None
+    assert provider.schedules.enabled_count() == COUNT - 10 - 1 + 2
+    await provider.reconcile(wanted)  # and now it is the unchanged list
+    assert await last_seq(provider) == before + 15
+
+
+async def test_a_bad_schedule_refuses_the_list_before_any_write(
+    provider: NatsSchedulerProvider,
+) -> None:
+    await provider.reconcile([schedule(i) for i in range(20)])
+    before = await last_seq(provider)
+    wanted = [schedule(i, prompt="changed", version=2) for i in range(40)]
+    bad = Schedule("dep-bad", "dep-bad", "61 * * * *", "UTC", True, RunPayload("a", "p"), 1)
+    with pytest.raises(InvalidSchedule) as caught:
+        await provider.reconcile([*wanted, bad])
+    assert_clean(str(caught.value), echoed="dep-bad")
+    huge = Schedule("dep-huge", "dep-huge", "0 3 * * *", "UTC", True,
+                    RunPayload("a", "x" * (2 * 1024 * 1024)), 1)
+    with pytest.raises(InvalidSchedule) as caught:
+        await provider.reconcile([*wanted, huge])
+    assert_clean(str(caught.value), echoed="dep-huge")
+    assert await last_seq(provider) == before
+    record = await stored(provider, "dep-0000")
+    assert record is not None and record.payload.prompt == "p"
+
+
+async def test_capacity_refuses_the_list_before_any_write(
+    provider: NatsSchedulerProvider,
+) -> None:
+    cap = provider.settings.max_active_schedules
+    await provider.reconcile([schedule(i) for i in range(cap - 2)])
+    before = await last_seq(provider)
+    over = [schedule(i, prompt="changed", version=2) for i in range(cap + 1)]
+    with pytest.raises(ScheduleCapacityExceeded) as caught:
+        await provider.reconcile(over)
+    assert_clean(str(caught.value), echoed=over[-1].deployment_id)
+    assert await last_seq(provider) == before
+    # Disabling one first makes room, as the same applies one by one would.
+    fits = [schedule(0, enabled=False, version=2), *over[1:cap + 1]]
+    await provider.reconcile(fits)
+    assert provider.schedules.enabled_count() == cap
+
+
+async def test_a_planned_write_on_a_stale_copy_is_decided_again_on_the_stored_state(
+    provider: NatsSchedulerProvider,
+) -> None:
+    """A writer that got there first (another replica's hold) makes the planned write lose
+    its race; the change is decided again on the stored Schedule and keeps the hold."""
+    table = ScheduleTable()  # a table no follower feeds: its copy goes stale
+    other = ScheduleLog(provider.store, table)
+    first = [schedule(i) for i in range(5)]
+    await other.write_planned(
+        schedulecore.plan_reconcile(first, table.get_with_seq, [], enabled=0, cap=10,
+                                    now=NOW, actor="other"), redecide_apply(first))
+    await provider.hold("dep-0001", by="ops", reason="incident")  # the other copy: stale
+    wanted = [schedule(i, prompt="changed", version=2) for i in range(5)]
+    planned = schedulecore.plan_reconcile(wanted, table.get_with_seq, [], enabled=5, cap=10,
+                                          now=NOW, actor="other")
+    assert len(planned) == 5
+    await other.write_planned(planned, redecide_apply(wanted))
+    for i in range(5):
+        record = await stored(provider, f"dep-{i:04d}")
+        assert record is not None and record.payload.prompt == "changed"
+        assert (record.hold is not None) == (i == 1)
+
+
+def redecide_apply(wanted: list[Schedule]) -> Callable[[schedulecore.PlannedWrite], Decide]:
+    by_id = {s.deployment_id: s for s in wanted}
+
+    def redecide(item: schedulecore.PlannedWrite) -> Decide:
+        return lambda current: schedulecore.decide_apply(
+            current, by_id[item.deployment_id], now=NOW, actor="other")
+
+    return redecide
