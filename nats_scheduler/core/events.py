@@ -124,7 +124,7 @@ class RunCreated(RunEvent, frozen=True, kw_only=True, tag="run.created"):
     Since schema 2 a create may carry its creator's claim: ``holder`` is then the process
     that opened the Run's key (its lease) before storing it, and the Run is DISPATCHING at
     attempt 1, as after a ``run.claimed`` (one write fewer per Run; docs/architecture.md,
-    "Writes per Run"). Without ``holder`` it is PENDING, as every version-1 create.
+    "Firing at scale"). Without ``holder`` it is PENDING, as every version-1 create.
     """
 
     holder: str | None = None

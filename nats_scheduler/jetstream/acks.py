@@ -46,6 +46,16 @@ SWEEP_SECONDS = 0.25
 MAX_ATOMIC = 1000
 """Messages one atomic batch may hold (the server's limit, ADR-50)."""
 
+ATOMIC_MIN = 64
+"""Fewer messages than this go as pipelined publishes, not as an atomic batch.
+
+On nats-server 2.15.1 an atomic batch costs the server a sync: 6-9 ms for 2 to 100 messages
+on this machine whatever the fsync setting, batches to one stream one after the other. With
+``sync_interval: always`` every plain publish pays a sync too, so batches win at any size;
+on the default interval a small batch loses to pipelined publishes (0.9 ms each, many in
+flight). From 64 messages on a batch wins on both (bench/firing.py at 5,000 Runs, both
+settings; docs/architecture.md, "Firing at scale")."""
+
 GROUP_MAX = 256
 """Publishes :meth:`AckedPublisher.publish_grouped` gathers into one batch at most."""
 
@@ -219,7 +229,7 @@ class AckedPublisher:
         that failure, as a lone publish would. A stream that does not allow atomic batches
         gets pipelined publishes from then on.
         """
-        if 1 < len(messages) <= MAX_ATOMIC and stream not in self.not_atomic:
+        if ATOMIC_MIN <= len(messages) <= MAX_ATOMIC and stream not in self.not_atomic:
             acks = await self.publish_atomic(messages)
             if not isinstance(acks, Exception):
                 self.batches_atomic += 1
