@@ -21,6 +21,7 @@ subject being empty and carries ``<deployment>@<due time>`` as its Msg-Id.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -68,6 +69,11 @@ ONE_BY_ONE_CONCURRENCY = 32
 
 CONFIRMATION_REUSE = 0.05
 """Seconds one confirmation of the Schedule table serves the firings that follow it."""
+
+
+_run_id = functools.lru_cache(maxsize=16 * FIRE_BATCH)(scheduled_run_id)
+"""The Run ID of a due time (a digest), remembered: a firing needs it for the announcement
+and again for the create."""
 
 
 class _StaleRead(Exception):
@@ -239,10 +245,7 @@ class Firing:
                 break
             # as the table stands now: a Schedule paused meanwhile is left out (its
             # announcement stays unstored, which reads skip)
-            still = {(record.deployment_id, due): record for record, due in self._plans(
-                [(record.deployment_id, due) for record, due, _ in ready])}
-            ready = [(still[record.deployment_id, due], due, outcome)
-                     for record, due, outcome in ready if (record.deployment_id, due) in still]
+            ready = self._still_planned(ready)
             now = self.clock.now()
             if (now - proven).total_seconds() > FIRE_READ_MAX_AGE:
                 self.stale_fires += 1
@@ -289,6 +292,25 @@ class Firing:
             plans.append((record, due))
         return plans
 
+    def _still_planned(
+        self, ready: list[tuple[ScheduleRecord, datetime, tuple[int | None, Lease | None]]]
+    ) -> list[tuple[ScheduleRecord, datetime, tuple[int | None, Lease | None]]]:
+        """``ready`` as the table stands now: a Schedule changed since it was planned is
+        planned again (paused: left out; its calendar changed: checked again). The table
+        hands out the same record until its Schedule changes, so the unchanged ones (all of
+        them, but for a change in the last milliseconds) cost a lookup each."""
+        assert self.table is not None
+        kept = []
+        for record, due, outcome in ready:
+            current = self.table.get(record.deployment_id)
+            if current is None:
+                continue  # deleted meanwhile
+            if current is not record and not (current.active and calendar.is_due_time(
+                    current.cron, current.timezone, due)):
+                continue
+            kept.append((current, due, outcome))
+        return kept
+
     async def _one_by_one(self, due_times: Sequence[tuple[str, datetime]]) -> None:
         """:meth:`fire_due` for each, a few at a time; failures are logged, not raised."""
         limit = asyncio.Semaphore(ONE_BY_ONE_CONCURRENCY)
@@ -307,7 +329,7 @@ class Firing:
         """The create of a due time's Run; ``claimed``: this process holds its key, so the
         create carries its claim (no ``run.claimed`` follows)."""
         return runcore.create(
-            run_id=scheduled_run_id(record.deployment_id, due),
+            run_id=_run_id(record.deployment_id, due),
             deployment_id=record.deployment_id, trigger=Trigger.SCHEDULE, due_at=due,
             payload=record.payload, now=now, actor=self.identity,
             holder=self.identity if claimed else None,
