@@ -30,6 +30,12 @@ from datetime import UTC, datetime
 # JetStream publish: de-duplication and optimistic concurrency.
 HDR_MSG_ID = "Nats-Msg-Id"
 HDR_EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
+# ADR-43: a message's own time to live (the stream allows it: ``allow_msg_ttl``).
+HDR_TTL = "Nats-TTL"
+# ADR-50: atomic batch publishes (the stream allows them: ``allow_atomic``).
+HDR_BATCH_ID = "Nats-Batch-Id"
+HDR_BATCH_SEQUENCE = "Nats-Batch-Sequence"
+HDR_BATCH_COMMIT = "Nats-Batch-Commit"
 
 SERVICE_NAME = "astrabox-scheduler"
 
@@ -182,6 +188,11 @@ class Names:
     @property
     def leases_bucket(self) -> str:
         return f"{self.prefix}_LEASES"
+
+    @property
+    def leases_stream(self) -> str:
+        """The stream behind the lease bucket (its keys' subjects: :meth:`lease_subject`)."""
+        return f"KV_{self.leases_bucket}"
 
     @property
     def replicas_bucket(self) -> str:

@@ -445,3 +445,40 @@ def test_a_restarted_replica_taking_back_its_own_run_is_not_a_theft() -> None:
     b.dispatched(6.2, run_id)
     windows = [Window(at(-30), at(90), "a")]
     assert invariants.check(b.history(), Options(windows=windows, lease_seconds=2.0)).ok
+
+
+@pytest.mark.parametrize(("refused", "violation"), [(True, False), (False, True)])
+def test_a_late_create_carrying_its_claim_counts_as_started_unless_refused(
+        refused: bool, violation: bool) -> None:
+    """Schema 2: a create may carry its creator's claim; stored after the pause it is a
+    start unless the gate's refusal follows it."""
+    from nats_scheduler.runtime.firing import NOT_STARTED_AFTER_PAUSE
+
+    b = Builder()
+    b.apply(-60)
+    b.apply(10, enabled=False)
+    run_id = scheduled_run_id("d", T0)
+    b.event(11.0, runcore.create(
+        run_id=run_id, deployment_id="d", trigger=Trigger.SCHEDULE, due_at=T0,
+        payload=RunPayload("t", "p"), now=at(11.0), actor="a", holder="a"))
+    if refused:
+        b.event(11.1, runcore.failed(b.states[run_id], error=NOT_STARTED_AFTER_PAUSE,
+                                     now=at(11.1), actor="a"))
+    else:
+        b.session(11.2, run_id)
+        b.dispatched(11.3, run_id)
+    report = invariants.check(b.history(), Options())
+    assert (checks(report) == {"paused"}) is violation, report.text()
+
+
+def test_a_takeover_right_after_a_claimed_create_of_a_live_holder_is_stolen() -> None:
+    b = Builder()
+    b.apply(-60)
+    run_id = scheduled_run_id("d", T0)
+    b.event(0.1, runcore.create(
+        run_id=run_id, deployment_id="d", trigger=Trigger.SCHEDULE, due_at=T0,
+        payload=RunPayload("t", "p"), now=at(0.1), actor="a", holder="a"))
+    b.claim(1.0, run_id, holder="b")
+    options = Options(windows=[Window(at(-30), at(90), "a"), Window(at(-30), at(90), "b")],
+                      lease_seconds=5.0)
+    assert "stolen" in checks(invariants.check(b.history(), options))

@@ -98,3 +98,39 @@ def test_failure_description_is_short_and_neutral() -> None:
     text = runcore.describe_failure(ConnectionError("backend down\nmore lines"))
     assert text == "handler call failed (ConnectionError): backend down"
     assert "call timeout" in runcore.describe_failure(TimeoutError(), timed_out=True)
+
+
+def claimed_create(holder: str = "a") -> runcore.RunCreated:
+    return runcore.create(
+        run_id="r1", deployment_id="d", trigger=Trigger.SCHEDULE, due_at=T0,
+        payload=RunPayload("t", "p"), now=T0, actor=holder, holder=holder,
+    )
+
+
+def test_a_create_carrying_its_claim_starts_at_the_claimed_state() -> None:
+    c = claimed_create()
+    record = runcore.evolve(None, c)
+    assert (record.state, record.holder, record.attempts, record.first_attempt_at) == (
+        RunState.DISPATCHING, "a", 1, T0)
+    assert c.holder == "a" and runcore.claimed_at_create(record)
+    # the same trail as after created + claimed: a session, then the turn
+    s = runcore.session_started(record, session_id="s1", now=T0 + timedelta(seconds=1),
+                                actor="a")
+    record = runcore.evolve(record, s)
+    assert not runcore.claimed_at_create(record)
+    record = runcore.evolve(record, runcore.dispatched(record, turn_id="t1", now=T0, actor="a"))
+    assert record.state == RunState.DISPATCHED
+    # a takeover of a claimed create names the creator it took over from
+    takeover = runcore.claim(runcore.evolve(None, c), holder="b", now=T0 + timedelta(seconds=9))
+    assert takeover.takeover_from == "a" and takeover.run.attempts == 2
+
+
+def test_a_create_whose_state_does_not_follow_from_its_claim_is_rejected() -> None:
+    c = claimed_create()
+    no_claim = msgspec.structs.replace(c, holder=None)
+    other_holder = msgspec.structs.replace(c, holder="b")
+    pending_but_claimed = msgspec.structs.replace(
+        created(), holder="a")
+    for forged in (no_claim, other_holder, pending_but_claimed):
+        with pytest.raises(TransitionError):
+            runcore.evolve(None, forged)

@@ -33,6 +33,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import StreamConfig
 
+from ..clock import SystemClock
+from ..core.herd import HERD_LATENESS_SECONDS, busiest_minute, herd_capacity, replicas_needed
 from ..jetstream.connection import (
     MIN_SERVER_VERSION,
     connect,
@@ -45,7 +47,7 @@ from ..names import Names
 from ..seam import SchedulerError
 from ..settings import NatsSettings
 from .permissions import ViolationLog, capabilities
-from .reader import REPLICA_STATUS_ENDPOINT, Retention, index_retention
+from .reader import REPLICA_STATUS_ENDPOINT, Retention, StoreReader, index_retention
 
 __all__ = [
     "Check",
@@ -355,9 +357,15 @@ async def _stream_checks(
         if problems:
             checks.append(Check(f"stream {name}", Status.FAIL, "; ".join(problems)))
             continue
-        checks.append(Check(f"stream {name}", Status.OK,
-                            f"R{replicas[name]}, {info.state.messages} message(s), "
-                            f"{info.state.bytes / 2**20:.1f} MiB"))
+        shown = (f"R{replicas[name]}, {info.state.messages} message(s), "
+                 f"{info.state.bytes / 2**20:.1f} MiB")
+        if not info.config.allow_atomic and name != f"KV_{Names(settings.prefix).replicas_bucket}":
+            checks.append(Check(f"stream {name}", Status.WARN,
+                                f"{shown}; set up by an older release without atomic batches "
+                                "(allow_atomic): written one message at a time, slower; an "
+                                "administrator can turn it on"))
+            continue
+        checks.append(Check(f"stream {name}", Status.OK, shown))
     return checks, replicas, cluster
 
 
@@ -448,11 +456,40 @@ async def _replica_clocks(
         await sub.unsubscribe()
 
 
-async def _clock(nc: Client, names: Names, settings: NatsSettings, log: ViolationLog) -> Check:
+async def _clock(nc: Client, names: Names, settings: NatsSettings, log: ViolationLog
+                 ) -> tuple[Check, int | None]:
+    """The clock check, and how many replicas answered (None: unknown)."""
     measured = await _replica_clocks(nc, names, log)
     if isinstance(measured, str):
-        return clock_check(None, settings.lease_seconds, measured)
-    return clock_check(measured, settings.lease_seconds)
+        return clock_check(None, settings.lease_seconds, measured), None
+    return clock_check(measured, settings.lease_seconds), len(measured)
+
+
+def herd_check(busiest: tuple[datetime | None, int], replicas: int | None) -> Check:
+    """WARN when more Schedules share one minute than the live replicas start within the
+    stated lateness (core/herd.py); with no replica answering, one is assumed."""
+    minute, due = busiest
+    if minute is None:
+        return Check("busiest minute", Status.OK, "no Schedule is due in the next 24 h")
+    live = replicas or 1
+    capacity = herd_capacity(live)
+    counted = f"{live} live replica(s)" if replicas else "1 replica assumed (none answered)"
+    shown = (f"{due:,} Schedule(s) due at {minute.strftime('%Y-%m-%d %H:%M')} UTC; {counted} "
+             f"start about {capacity:,} within {HERD_LATENESS_SECONDS:.0f} s")
+    if due > capacity:
+        return Check("busiest minute", Status.WARN,
+                     f"{shown}: run {replicas_needed(due)} replicas (one core each), or "
+                     "spread the Schedules over more minutes")
+    return Check("busiest minute", Status.OK, shown)
+
+
+async def _herd(nc: Client, settings: NatsSettings, replicas: int | None) -> Check:
+    try:
+        table = await StoreReader(nc, settings.prefix, timeout=_TIMEOUT).schedule_table()
+    except Exception as exc:  # unreadable: said by the stream and permission checks
+        return Check("busiest minute", Status.WARN, f"unknown: the Schedules could not be "
+                     f"read ({exc})")
+    return herd_check(busiest_minute(table.all(), SystemClock().now()), replicas)
 
 
 async def run_doctor(settings: NatsSettings, *, monitor_url: str | None = None) -> DoctorReport:
@@ -483,7 +520,9 @@ async def run_doctor(settings: NatsSettings, *, monitor_url: str | None = None) 
         checks.append(replication_check(cluster, nodes, replicas, settings.replicas))
         checks.append(await _durability(monitor_url))
         checks.append(permissions_check(await capabilities(nc, log, names, _TIMEOUT)))
-        checks.append(await _clock(nc, names, settings, log))
+        clock, live = await _clock(nc, names, settings, log)
+        checks.append(clock)
+        checks.append(await _herd(nc, settings, live))
         return DoctorReport(checks)
     finally:
         await nc.close()

@@ -52,6 +52,7 @@ from ..core.events import (
     RunCreated,
     RunEvent,
     RunEventType,
+    RunFailed,
     RunRecord,
     RunSessionStarted,
     ScheduleEvent,
@@ -61,7 +62,7 @@ from ..core.runcore import TransitionError, evolve
 from ..jetstream.leases import LeaseValue
 from ..names import Names
 from ..projections.ledger import Ledger
-from ..runtime.firing import PAUSE_VISIBILITY_SECONDS
+from ..runtime.firing import NOT_STARTED_AFTER_PAUSE, PAUSE_VISIBILITY_SECONDS
 from ..seam import RunState, Trigger
 
 CHECKS: dict[str, str] = {
@@ -490,7 +491,14 @@ def _dues(record: ScheduleRecord, lo: datetime, hi: datetime) -> list[datetime]:
 
 
 def _started(events: RunHistory) -> bool:
-    return any(isinstance(event, RunClaimed) for _, event in events)
+    """A claim, or a create that carries one (schema 2) unless the gate refused it next."""
+    if any(isinstance(event, RunClaimed) for _, event in events):
+        return True
+    first = events[0][1] if events else None
+    if not (isinstance(first, RunCreated) and first.holder is not None):
+        return False
+    after = events[1][1] if len(events) > 1 else None
+    return not (isinstance(after, RunFailed) and after.error == NOT_STARTED_AFTER_PAUSE)
 
 
 def check_paused(runs: Mapping[str, RunHistory], schedules: Mapping[str, ScheduleHistory],
@@ -628,6 +636,8 @@ def check_stolen(runs: Mapping[str, RunHistory], windows: Sequence[Window],
     for run_id, events in runs.items():
         claimed_at: dict[str, datetime] = {}
         for stored, event in events:
+            if isinstance(event, RunCreated) and event.holder is not None:
+                claimed_at[event.holder] = stored.stored_at  # a create with its claim
             if not isinstance(event, RunClaimed):
                 continue
             victim = event.takeover_from

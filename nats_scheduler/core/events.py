@@ -22,7 +22,9 @@ import msgspec
 
 from ..seam import Run, RunState, Schedule
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""1: the first release. 2 (additive): ``run.created`` may carry its creator's claim
+(``holder``), the Run then DISPATCHING at attempt 1 from its first event."""
 
 
 class RunRecord(Run, frozen=True, kw_only=True):
@@ -117,7 +119,15 @@ class RunEvent(Event, frozen=True, kw_only=True):
 
 
 class RunCreated(RunEvent, frozen=True, kw_only=True, tag="run.created"):
-    """A Run was stored (a due time fired, or Run now / Replay was requested). PENDING."""
+    """A Run was stored (a due time fired, or Run now / Replay was requested). PENDING.
+
+    Since schema 2 a create may carry its creator's claim: ``holder`` is then the process
+    that opened the Run's key (its lease) before storing it, and the Run is DISPATCHING at
+    attempt 1, as after a ``run.claimed`` (one write fewer per Run; docs/architecture.md,
+    "Firing at scale"). Without ``holder`` it is PENDING, as every version-1 create.
+    """
+
+    holder: str | None = None
 
 
 class RunClaimed(RunEvent, frozen=True, kw_only=True, tag="run.claimed"):

@@ -14,6 +14,9 @@ Life of a Run (docs/architecture.md has the diagram)::
                   |  \\-> attempt_failed -> claimed ... (retries, bounded)
                   |  \\-> failed
                   \\-> released -> claimed (after a drain)
+
+A scheduled Run's creator that holds its key stores ``created`` with its claim in it
+(``holder``, schema 2): the Run starts at ``claimed``'s state, one write fewer.
 """
 
 from __future__ import annotations
@@ -91,8 +94,13 @@ def create(
     replay_of: str | None = None,
     requested_by: str | None = None,
     reason: str | None = None,
+    holder: str | None = None,
 ) -> RunCreated:
-    """A new PENDING Run."""
+    """A new PENDING Run; with ``holder``, one already claimed by it (DISPATCHING, attempt 1).
+
+    ``holder`` is for a creator that holds the Run's lease when it stores the Run (it opened
+    the Run's key first): its create is its claim, so no ``run.claimed`` follows.
+    """
     record = RunRecord(
         run_id=run_id,
         deployment_id=deployment_id,
@@ -106,7 +114,22 @@ def create(
         requested_by=requested_by,
         reason=reason,
     )
-    return RunCreated(at=now, actor=actor, run=record)
+    if holder is not None:
+        record = msgspec.structs.replace(
+            record, state=RunState.DISPATCHING, holder=holder, attempts=1,
+            first_attempt_at=now)
+    return RunCreated(at=now, actor=actor, run=record, holder=holder)
+
+
+def claimed_at_create(record: RunRecord) -> bool:
+    """Whether ``record`` is a Run stored already claimed and not touched since.
+
+    Such a Run's first attempt has begun on paper only: the gate before a first start
+    (runtime/firing.py) still applies to it, as to a PENDING Run never claimed.
+    """
+    return (record.attempts == 1 and record.state == RunState.DISPATCHING
+            and record.session_id is None and record.updated_at == record.created_at
+            and record.first_attempt_at == record.created_at)
 
 
 def indexed(event: RunCreated, index_seq: int | None) -> RunCreated:
@@ -189,6 +212,11 @@ def evolve(record: RunRecord | None, event: RunEventType) -> RunRecord:
     if isinstance(event, RunCreated):
         if record is not None:
             raise TransitionError(f"run {event.run.run_id} already exists")
+        claimed = event.run.state == RunState.DISPATCHING
+        if (event.holder is not None) != claimed or (
+                claimed and (event.run.holder != event.holder or event.run.attempts != 1)):
+            raise TransitionError(f"run {event.run.run_id}: created in a state that does "
+                                  "not follow from its claim")
         return event.run
     if record is None:
         raise TransitionError(f"run {event.run.run_id}: {type(event).__name__} before created")

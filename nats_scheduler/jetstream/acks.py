@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import secrets
 import time
 from collections.abc import Sequence
 
@@ -31,6 +32,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from ..names import HDR_BATCH_COMMIT, HDR_BATCH_ID, HDR_BATCH_SEQUENCE
 from ..tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -41,6 +43,25 @@ Outgoing = tuple[str, bytes, "dict[str, str] | None"]
 SWEEP_SECONDS = 0.25
 """How often pending publishes are checked against their timeout (the timeout's resolution)."""
 
+MAX_ATOMIC = 1000
+"""Messages one atomic batch may hold (the server's limit, ADR-50)."""
+
+ATOMIC_MIN = 64
+"""Fewer messages than this go as pipelined publishes, not as an atomic batch.
+
+On nats-server 2.15.1 an atomic batch costs the server a sync: 6-9 ms for 2 to 100 messages
+on this machine whatever the fsync setting, batches to one stream one after the other. With
+``sync_interval: always`` every plain publish pays a sync too, so batches win at any size;
+on the default interval a small batch loses to pipelined publishes (0.9 ms each, many in
+flight). From 64 messages on a batch wins on both (bench/firing.py at 5,000 Runs, both
+settings; docs/architecture.md, "Firing at scale")."""
+
+GROUP_MAX = 256
+"""Publishes :meth:`AckedPublisher.publish_grouped` gathers into one batch at most."""
+
+ATOMIC_DISABLED = 10174
+"""The server's error for an atomic batch sent to a stream that does not allow them."""
+
 
 class _ApiError(msgspec.Struct):
     code: int = 0
@@ -49,12 +70,17 @@ class _ApiError(msgspec.Struct):
 
 
 class Ack(msgspec.Struct):
-    """The server's acknowledgement of one stored message (or its refusal)."""
+    """The server's acknowledgement of one stored message (or its refusal).
+
+    The commit of an atomic batch is acknowledged once, for all of it: ``seq`` is the
+    sequence of its last message, ``count`` how many it stored (contiguous sequences)."""
 
     stream: str = ""
     seq: int = 0
     duplicate: bool = False
     error: _ApiError | None = None
+    batch: str = ""
+    count: int = 0
 
 
 _decode_ack = msgspec.json.Decoder(Ack).decode
@@ -81,6 +107,15 @@ class AckedPublisher:
         self._sub: Subscription | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._starting: asyncio.Lock | None = None
+        self._batch_prefix = secrets.token_hex(8)
+        self._groups: dict[str, list[tuple[Outgoing, asyncio.Future[Ack | Exception]]]] = {}
+        self._sending: set[asyncio.Task[None]] = set()
+        self.not_atomic: set[str] = set()
+        """Streams that refused an atomic batch: sent one message at a time from then on."""
+        self.batches_atomic = 0
+        """Atomic batches stored."""
+        self.batches_split = 0
+        """Atomic batches refused and sent again one message at a time."""
 
     async def _start(self) -> None:
         if self._starting is None:
@@ -144,6 +179,120 @@ class AckedPublisher:
             finally:
                 self._pending.pop(token, None)
         return results
+
+    async def publish_atomic(self, messages: Sequence[Outgoing]) -> list[Ack] | Exception:
+        """Store ``messages`` (one stream) as one atomic batch (ADR-50): all or nothing.
+
+        One acknowledgement for the whole batch, one fsync on the server, one future here.
+        Returns an acknowledgement per message (their sequences are contiguous), or the
+        exception that refused or lost the batch: then NONE of it was stored, except after
+        a timeout, when the outcome is unknown (callers resend one by one, with the same
+        ``Nats-Msg-Id`` and expectations, which settles it). One expectation that fails
+        (a lost race on one subject) refuses the whole batch; so does a ``Nats-Msg-Id``
+        already stored. Never raised: each caller decides what a refusal means.
+        """
+        if not messages:
+            return []
+        if len(messages) > MAX_ATOMIC:
+            raise ValueError(f"an atomic batch holds at most {MAX_ATOMIC} messages")
+        if self._sub is None:
+            await self._start()
+        token = str(next(self._tokens))
+        batch_id = f"{self._batch_prefix}{token}"  # unique per publisher and batch
+        future: asyncio.Future[Ack] = asyncio.get_running_loop().create_future()
+        self._pending[token] = (future, time.monotonic() + self._timeout)
+        last = len(messages)
+        try:
+            for number, (subject, data, headers) in enumerate(messages, 1):
+                batch_headers = {**(headers or {}), HDR_BATCH_ID: batch_id,
+                                 HDR_BATCH_SEQUENCE: str(number)}
+                if number == last:
+                    batch_headers[HDR_BATCH_COMMIT] = "1"
+                await self._nc.publish(subject, data, headers=batch_headers,
+                                       reply=self._prefix + token if number == last else "")
+            ack = await future
+        except Exception as exc:
+            return exc
+        finally:
+            self._pending.pop(token, None)
+        first = ack.seq - last + 1
+        return [Ack(stream=ack.stream, seq=first + i) for i in range(last)]
+
+    async def publish_batched(self, stream: str, messages: Sequence[Outgoing]
+                              ) -> list[Ack | Exception]:
+        """:meth:`publish_many`, sent as one atomic batch while the stream takes them.
+
+        A batch the server refuses (one lost race, a resent ``Nats-Msg-Id``) is sent again
+        one message at a time, pipelined, which gives each message its own answer: the
+        batch costs one round trip when nothing races, what it cost before when something
+        does. A batch left unanswered (a timeout: its outcome is unknown) gives every item
+        that failure, as a lone publish would. A stream that does not allow atomic batches
+        gets pipelined publishes from then on.
+        """
+        if ATOMIC_MIN <= len(messages) <= MAX_ATOMIC and stream not in self.not_atomic:
+            acks = await self.publish_atomic(messages)
+            if not isinstance(acks, Exception):
+                self.batches_atomic += 1
+                return list(acks)
+            if not self.refused(stream, acks):
+                # no answer (a timeout, the connection): every item gets it, to be retried
+                # by its caller as a lone publish would be, not resent here at once
+                return [acks] * len(messages)
+        return await self.publish_many(messages)
+
+    def refused(self, stream: str, failure: Exception) -> bool:
+        """Whether an atomic batch's ``failure`` is the server's refusal of it (then nothing
+        of it was stored and its items may be sent again one by one), counted as a split."""
+        if not isinstance(failure, nats.js.errors.APIError):
+            return False
+        if failure.err_code == ATOMIC_DISABLED:
+            log.warning("%s does not take atomic batches; publishing one by one", stream)
+            self.not_atomic.add(stream)
+        self.batches_split += 1
+        return True
+
+    async def publish_grouped(self, stream: str, subject: str, data: bytes,
+                              headers: dict[str, str] | None = None) -> Ack:
+        """:meth:`publish`, gathered with the other publishes to ``stream`` made in the same
+        turn of the event loop into one atomic batch (:meth:`publish_batched`).
+
+        For writes of many independent tasks that each wait for their own answer (the
+        dispatcher's events of many Runs): they share one acknowledgement and, with
+        ``sync_interval: always``, one fsync. A refused batch is sent again one message at a
+        time, so each caller gets exactly the answer a lone publish would have got.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Ack | Exception] = loop.create_future()
+        group = self._groups.get(stream)
+        if group is None:
+            group = self._groups[stream] = []
+            loop.call_soon(self._flush, stream)
+        group.append(((subject, data, headers), future))
+        if len(group) >= GROUP_MAX:
+            self._flush(stream)
+        result = await future
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def _flush(self, stream: str) -> None:
+        group = self._groups.pop(stream, None)
+        if not group:
+            return
+        task = asyncio.get_running_loop().create_task(self._send_group(stream, group))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send_group(
+        self, stream: str, group: list[tuple[Outgoing, asyncio.Future[Ack | Exception]]]
+    ) -> None:
+        try:
+            results = await self.publish_batched(stream, [message for message, _ in group])
+        except Exception as exc:  # pragma: no cover - publish_batched returns its failures
+            results = [exc] * len(group)
+        for (_, future), result in zip(group, results, strict=True):
+            if not future.done():
+                future.set_result(result)
 
     async def _on_reply(self, msg: Msg) -> None:
         pending = self._pending.get(msg.subject[len(self._prefix):])

@@ -114,9 +114,10 @@ class RunHistory:
                                          _encode(entry), msg_id=index_msg_id(record.run_id))
 
     async def announce_many(self, records: Sequence[RunRecord]) -> list[int | Exception]:
-        """:meth:`announce` for many Runs at once (one pipelined batch; per-Run results)."""
+        """:meth:`announce` for many Runs at once (one atomic batch, split into pipelined
+        publishes when refused: a repeat's Msg-Id refuses the whole batch; per-Run results)."""
         names = self._names
-        acks = await self._store.acks.publish_many([
+        acks = await self._store.acks.publish_batched(names.index_stream, [
             (names.index_subject(record.deployment_id),
              _encode(IndexEntry(run_id=record.run_id, created_at=record.created_at)),
              {HDR_MSG_ID: index_msg_id(record.run_id)})

@@ -38,7 +38,7 @@ import nats.js.errors
 
 from ..clock import Clock
 from ..core.events import RunRecord
-from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE
+from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_TTL
 from . import errors
 from .store import Store
 
@@ -87,12 +87,19 @@ FREE = ""
 """The holder of a lease given back unfinished: the Run stays open, and is anyone's to take."""
 
 CLOSED_MARKER_TTL = 10.0
-"""Seconds the purge marker of a finished Run's key lives; then the key is gone entirely."""
+"""Seconds the purge marker of a key closed by :meth:`Leases.forget` lives."""
 
+OPEN_KEY_TTL_MIN = 60.0
+"""Seconds an open key lives after its last write, at least (12 lease lengths if longer).
 
-_CLOSE = {"KV-Operation": "PURGE", "Nats-Rollup": "sub", "Nats-TTL": str(int(CLOSED_MARKER_TTL))}
-"""Headers of a key's purge, as ``kv.purge(key, msg_ttl=CLOSED_MARKER_TTL)`` writes them
-(sent through the store's pipelined publisher: one per finished Run)."""
+Every write of a holder (the open, a takeover, a renewal) carries this TTL, so a finished
+Run's key expires by itself instead of being purged: one write fewer per Run. A live holder
+renews every third of a lease, so its key never expires under it; a dead holder's key may
+expire before another replica takes the Run over, which then creates the key again (every
+live replica knows its unfinished Runs from their events, not from keys). What the TTL
+costs: a replica that starts reads the keys of the Runs finished in the last TTL too, and
+an unfinished Run whose key expired while NO replica ran is found again by the warm-up of
+the newest Runs rather than at start (docs/architecture.md, "History and retention")."""
 
 T = TypeVar("T")
 
@@ -144,6 +151,24 @@ class Leases:
         self._pruned_at = 0.0
         self.identity = identity
         self.lease_seconds = lease_seconds
+        self.key_ttl = max(OPEN_KEY_TTL_MIN, 12 * lease_seconds)
+        self._ttl_header = str(int(self.key_ttl))
+
+    async def _cas(self, run_id: str, value: LeaseValue, last: int, *,
+                   ttl: bool = True) -> int:
+        """Write ``value`` under ``run_id``'s key if its revision is ``last`` (0: no key);
+        with the open key's TTL unless ``ttl`` is False. A lost compare-and-set raises
+        nats-py's ``KeyWrongLastSequenceError``, as ``kv.update`` does."""
+        headers = {HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: str(last)}
+        if ttl:
+            headers[HDR_TTL] = self._ttl_header
+        try:
+            ack = await self._store.acks.publish(self._subject(run_id), _encode(value), headers)
+        except nats.js.errors.APIError as exc:
+            if errors.is_conflict(exc):
+                raise nats.js.errors.KeyWrongLastSequenceError(exc.description) from exc
+            raise
+        return ack.seq
 
     def _value(self, run_id: str, acquired_at: datetime | None = None) -> LeaseValue:
         now = self._clock.now()
@@ -208,7 +233,7 @@ class Leases:
         again later.
         """
         key, value = self._key(run_id), self._value(run_id)
-        created = await _attempt(self._kv.create(key, _encode(value)))
+        created = await _attempt(self._kv.create(key, _encode(value), msg_ttl=self.key_ttl))
         if isinstance(created, int):
             return Lease(run_id, key, created, value), None
         if created is not _Miss.EXISTS:
@@ -219,7 +244,7 @@ class Leases:
         revision, held = current
         if held.holder != self.identity and not self.expired(held):
             return None
-        updated = await _attempt(self._kv.update(key, _encode(value), last=revision))
+        updated = await _attempt(self._cas(run_id, value, revision))
         if not isinstance(updated, int):
             return None
         previous = held.holder if held.holder != self.identity else None
@@ -229,7 +254,7 @@ class Leases:
         """Extend the lease; None when it was lost (someone else's CAS won)."""
         value = self._value(lease.run_id, lease.value.acquired_at)
         try:
-            revision = await self._kv.update(lease.key, _encode(value), last=lease.revision)
+            revision = await self._cas(lease.run_id, value, lease.revision)
         except nats.js.errors.KeyWrongLastSequenceError:
             return None
         return Lease(lease.run_id, lease.key, revision, value)
@@ -237,18 +262,18 @@ class Leases:
     async def release(self, lease: Lease, *, finished: bool) -> None:
         """Give the lease up.
 
-        A finished Run's key is purged: the Run is no longer open (the purge marker itself
-        expires after ``CLOSED_MARKER_TTL``). An unfinished Run's key stays with its holder
-        ``FREE`` (a CAS on the revision, so only while it is still ours): the Run stays open
-        and any replica may take it at once.
+        A finished Run's key is left to expire (its last write carried the open key's TTL,
+        :data:`OPEN_KEY_TTL_MIN`): nothing is written. An unfinished Run's key stays with its
+        holder ``FREE`` (a CAS on the revision, so only while it is still ours), without a
+        TTL: the Run stays open, whatever the outage that follows, and any replica may take
+        it at once.
         """
+        if finished:
+            return
         try:
-            if finished:
-                await self._store.acks.publish(self._subject(lease.run_id), b"", _CLOSE)
-            else:
-                free = msgspec.structs.replace(lease.value, holder=FREE,
-                                               expires_at=self._clock.now())
-                await self._kv.update(lease.key, _encode(free), last=lease.revision)
+            free = msgspec.structs.replace(lease.value, holder=FREE,
+                                           expires_at=self._clock.now())
+            await self._cas(lease.run_id, free, lease.revision, ttl=False)
         except nats.js.errors.KeyWrongLastSequenceError:
             pass
         except (nats.errors.Error, nats.js.errors.Error, OSError):
@@ -271,8 +296,7 @@ class Leases:
         value = self._value(run_id)
         try:
             ack = await self._store.acks.publish(
-                self._subject(run_id), _encode(value),
-                {HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: "0"})
+                self._subject(run_id), _encode(value), self._open_headers())
         except nats.js.errors.APIError as exc:
             if not errors.is_conflict(exc):
                 raise
@@ -285,13 +309,14 @@ class Leases:
         return Lease(run_id, self._key(run_id), ack.seq, value)
 
     async def announce_many(self, run_ids: Sequence[str]) -> list[Lease | Exception | None]:
-        """:meth:`announce` for many Runs at once (one pipelined batch; per-Run results).
+        """:meth:`announce` for many Runs at once (per-Run results).
 
-        A key that already exists is looked at on its own (:meth:`announce`: ours after a
-        lost acknowledgement, or another replica's)."""
+        One atomic batch; if one key already exists the batch is refused as a whole and sent
+        again as pipelined publishes, and a key that exists is looked at on its own
+        (:meth:`announce`: ours after a lost acknowledgement, or another replica's)."""
         values = [self._value(run_id) for run_id in run_ids]
-        acks = await self._store.acks.publish_many([
-            (self._subject(run_id), _encode(value), {HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: "0"})
+        acks = await self._store.acks.publish_batched(self._store.names.leases_stream, [
+            (self._subject(run_id), _encode(value), self._open_headers())
             for run_id, value in zip(run_ids, values, strict=True)])
         results: list[Lease | Exception | None] = []
         for run_id, value, ack in zip(run_ids, values, acks, strict=True):
@@ -302,6 +327,10 @@ class Leases:
             else:
                 results.append(ack)
         return results
+
+    def _open_headers(self) -> dict[str, str]:
+        """A new key: only if it has none yet, living :attr:`key_ttl` unless renewed."""
+        return {HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: "0", HDR_TTL: self._ttl_header}
 
     async def forget(self, run_id: str) -> None:
         """Close the key of a Run that was announced but never stored."""

@@ -9,12 +9,14 @@ event is appended on the sequence the writer last saw: the single-writer rule.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable, Sequence
 
 from ..core.events import RunCreated, RunEventType, RunRecord, decode_run_event, encode
 from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_MSG_ID, run_event_msg_id
 from ..projections.ledger import Ledger
 from . import errors
+from .acks import Ack, Outgoing
 from .errors import Conflict
 from .history import RunHistory
 from .leases import Lease, Leases
@@ -66,13 +68,21 @@ class RunLog:
     async def announce_many(
         self, runs: Sequence[RunRecord]
     ) -> list[tuple[int | None, Lease | None] | Exception]:
-        """:meth:`announce` for many Runs: one pipelined batch of entries, one of keys."""
-        entries: list[int | Exception | None] = (
-            [None] * len(runs) if self._history is None
-            else list(await self._history.announce_many(runs)))
-        keys: list[Lease | Exception | None] = (
-            [None] * len(runs) if self._leases is None
-            else await self._leases.announce_many([run.run_id for run in runs]))
+        """:meth:`announce` for many Runs: one batch of entries and one of keys, side by side
+        (two streams: two batches, each atomic while nothing races)."""
+        history, leases = self._history, self._leases
+
+        async def entries_of() -> list[int | Exception | None]:
+            if history is None:
+                return [None] * len(runs)
+            return list(await history.announce_many(runs))
+
+        async def keys_of() -> list[Lease | Exception | None]:
+            if leases is None:
+                return [None] * len(runs)
+            return await leases.announce_many([run.run_id for run in runs])
+
+        entries, keys = await asyncio.gather(entries_of(), keys_of())
         results: list[tuple[int | None, Lease | None] | Exception] = []
         for entry, key in zip(entries, keys, strict=True):
             if isinstance(entry, Exception):
@@ -107,19 +117,38 @@ class RunLog:
         return self._created(subject, seq, run)
 
     async def create_many(
-        self, events: Sequence[RunCreated], msg_ids: Sequence[str]
+        self, events: Sequence[RunCreated], msg_ids: Sequence[str], *,
+        still_fresh: Callable[[], bool] = lambda: True,
     ) -> list[tuple[int, RunRecord, bool] | Exception]:
-        """:meth:`create` for many Runs, each sent once, in one pipelined batch.
+        """:meth:`create` for many Runs, each decided once, in one atomic batch.
 
         Per-Run results: (sequence, stored record, whether THIS call created it), or the
-        exception that lost it. A Run someone else stored first is read back.
+        exception that lost it. One create that loses its race (another replica stored that
+        Run) refuses the whole batch and nothing of it is stored; the batch is then sent
+        again as pipelined creates, each with its own answer, if ``still_fresh()`` (the
+        decision behind them may still leave: runtime/firing.py); otherwise every item gets
+        the refusal, to be fired again from a fresh read. A Run someone else stored first is
+        read back.
         """
         subjects = [self._names.run_subject(event.run.deployment_id, event.run.run_id)
                     for event in events]
-        acks = await self._store.acks.publish_many([
+        messages: list[Outgoing] = [
             (subject, encode(event),
              {HDR_MSG_ID: msg_id, HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: "0"})
-            for subject, event, msg_id in zip(subjects, events, msg_ids, strict=True)])
+            for subject, event, msg_id in zip(subjects, events, msg_ids, strict=True)]
+        publisher = self._store.acks
+        acks: Sequence[Ack | Exception]
+        batch = (await publisher.publish_atomic(messages)
+                 if len(messages) > 1 and self._names.runs_stream not in publisher.not_atomic
+                 else None)
+        if batch is None or isinstance(batch, Exception):
+            if batch is not None and (not publisher.refused(self._names.runs_stream, batch)
+                                      or not still_fresh()):
+                return [batch] * len(events)  # fired again from a fresh read, one by one
+            acks = await publisher.publish_many(messages)
+        else:
+            publisher.batches_atomic += 1
+            acks = batch
         results: list[tuple[int, RunRecord, bool] | Exception] = []
         for subject, event, ack in zip(subjects, events, acks, strict=True):
             if isinstance(ack, Exception) and not errors.is_conflict(ack):

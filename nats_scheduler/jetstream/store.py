@@ -16,9 +16,10 @@ its own success.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TypeVar
 
@@ -33,10 +34,10 @@ from nats.js.api import (
     ConsumerConfig,
     DeliverPolicy,
     DiscardPolicy,
-    KeyValueConfig,
     RetentionPolicy,
     StorageType,
     StreamConfig,
+    StreamInfo,
 )
 from nats.js.kv import KeyValue
 
@@ -54,6 +55,9 @@ T = TypeVar("T")
 
 DIRECT_GET_TIMEOUT = 2.0
 """Seconds a batched read may take before it counts as a transient failure."""
+
+UPGRADE_TIMEOUT = 1.0
+"""Seconds ``start()`` waits for the upgrade of a stream made by an older release."""
 
 FAILOVER_AFTER = 2.0
 """Seconds a server may leave the store unanswered before the store connects to another one
@@ -190,6 +194,7 @@ class Store:
             allow_direct=True,
             deny_delete=True,
             duplicate_window=120.0,
+            allow_atomic=True,
         )
         settings = self.settings
         retention_age = settings.retention_days * 86400.0
@@ -238,6 +243,8 @@ class Store:
             # The retention settings changed: the index follows them (its limits ARE the
             # retention; the Run events are purged to match by the provider).
             info = await self.js.update_stream(wanted)
+        if not info.config.allow_atomic:
+            info = await self._allow_atomic(info.config) or info
         problems = incompatibilities(wanted, info.config)
         if problems:
             raise SchedulerConfigurationError(
@@ -245,21 +252,54 @@ class Store:
                 f"way the scheduler cannot use: {'; '.join(problems)}"
             )
 
-    async def _ensure_kv(self) -> KeyValue:
-        config = KeyValueConfig(
-            bucket=self.names.leases_bucket,
-            description="AstraBox scheduler: one key per unfinished Run, holding its lease",
-            history=1,
-            storage=StorageType.FILE,
-            replicas=self.settings.replicas,
-        )
+    async def _allow_atomic(self, config: StreamConfig) -> StreamInfo | None:
+        """Upgrade a stream set up by an older release in place: atomic batches allowed.
+
+        Additive (nothing stored changes; an older release publishes as before). Asked once,
+        briefly: the shipped permissions let the scheduler create streams but not change
+        them, so on such a store the request goes unanswered. Then the store works as before,
+        one message at a time (:meth:`AckedPublisher.publish_batched` notices the refusal),
+        and says how to upgrade it."""
         try:
-            return await self.js.key_value(self.names.leases_bucket)
+            return await asyncio.wait_for(
+                self.js.update_stream(replace(config, allow_atomic=True)), UPGRADE_TIMEOUT)
+        except Exception as exc:
+            log.warning("the event log %s predates atomic batches and could not be upgraded "
+                        "(%s): it is written one message at a time, which is slower; an "
+                        "administrator can turn its setting allow_atomic on",
+                        config.name, exc)
+            return None
+
+    def leases_stream_config(self) -> StreamConfig:
+        """The lease bucket's stream: what ``create_key_value`` makes, plus atomic batches."""
+        bucket = self.names.leases_bucket
+        return StreamConfig(
+            name=self.names.leases_stream,
+            description="AstraBox scheduler: one key per unfinished Run, holding its lease",
+            subjects=[f"$KV.{bucket}.>"], allow_rollup_hdrs=True, allow_msg_ttl=True,
+            deny_delete=True, discard=DiscardPolicy.NEW, duplicate_window=120.0,
+            max_consumers=-1, max_msgs=-1, max_msgs_per_subject=1,
+            num_replicas=self.settings.replicas, storage=StorageType.FILE, allow_atomic=True,
+        )
+
+    async def _ensure_kv(self) -> KeyValue:
+        bucket = self.names.leases_bucket
+        try:
+            kv = await self.js.key_value(bucket)
         except nats.js.errors.BucketNotFoundError:
-            try:
-                return await self.js.create_key_value(config)
-            except nats.js.errors.BadRequestError:
-                return await self.js.key_value(self.names.leases_bucket)
+            with contextlib.suppress(nats.js.errors.BadRequestError):  # another replica won
+                await self.js.add_stream(self.leases_stream_config())
+            kv = await self.js.key_value(bucket)
+        # Open keys expire by their own TTL (jetstream/leases.py) and are opened in atomic
+        # batches: a bucket made by an older release is upgraded in place when allowed.
+        info = await self.js.stream_info(self.names.leases_stream)
+        if not info.config.allow_msg_ttl:
+            raise SchedulerConfigurationError(
+                f"the scheduler store already holds the lease table {bucket}, set up in a way "
+                "the scheduler cannot use: its entries cannot expire by themselves")
+        if not info.config.allow_atomic:
+            await self._allow_atomic(info.config)
+        return kv
 
     @property
     def leases(self) -> KeyValue:
@@ -282,9 +322,14 @@ class Store:
         """
         headers = {HDR_MSG_ID: msg_id, HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: str(expected_seq)}
 
+        stream = self._stream_of(subject)
+
         async def op() -> tuple[int, bool]:
             try:
-                ack = await self.acks.publish(subject, data, headers)
+                # gathered with the appends other tasks make in this turn of the loop into
+                # one atomic batch (one acknowledgement); a refused batch is resent one by
+                # one, so this append gets exactly its own answer (jetstream/acks.py)
+                ack = await self.acks.publish_grouped(stream, subject, data, headers)
                 return ack.seq, ack.duplicate
             except nats.js.errors.APIError as exc:
                 if not errors.is_conflict(exc):

@@ -1,8 +1,9 @@
 """Dispatch: claim a Run, call the handler, store what it returned, retry, recover.
 
 One task per Run this process holds. The sequence per attempt follows the contract
-(docs/contract.md): claim (lease + ``run.claimed``), ``start_session``, store the Session
-ID, ``admit_turn``, store the turn (``run.dispatched``). Transient failures wait a bounded,
+(docs/contract.md): claim (lease + ``run.claimed``, or for a scheduled Run its creator stored
+already claimed, the ``run.created`` itself), ``start_session``, store the Session ID,
+``admit_turn``, store the turn (``run.dispatched``). Transient failures wait a bounded,
 jittered backoff while the lease is kept; ``RunPermanentError`` or an exhausted budget ends
 FAILED.
 
@@ -245,8 +246,15 @@ class Dispatcher:
             if fetched is None:
                 raise _LostRun()
             holding.seq, holding.record = fetched
+        # A Run this process stored with its claim in the create (the creator held its key):
+        # the first attempt is claimed already, so no run.claimed is written for it.
+        claimed = (held is not None and holding.record.holder == self.identity
+                   and runcore.claimed_at_create(holding.record))
         if await self._refused_after_pause(holding):
             return
+        if claimed:
+            self._metrics.attempt(holding.record.trigger, takeover=False)
+            await self._attempt(holding)
         while not holding.record.finished:
             record = holding.record
             if record.retry_at is not None and record.retry_at > self._clock.now():

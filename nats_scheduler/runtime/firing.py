@@ -21,6 +21,7 @@ subject being empty and carries ``<deployment>@<due time>`` as its Msg-Id.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -68,6 +69,11 @@ ONE_BY_ONE_CONCURRENCY = 32
 
 CONFIRMATION_REUSE = 0.05
 """Seconds one confirmation of the Schedule table serves the firings that follow it."""
+
+
+_run_id = functools.lru_cache(maxsize=16 * FIRE_BATCH)(scheduled_run_id)
+"""The Run ID of a due time (a digest), remembered: a firing needs it for the announcement
+and again for the create."""
 
 
 class _StaleRead(Exception):
@@ -167,7 +173,8 @@ class Firing:
         if not self.store.connected:
             raise SchedulerUnavailable("the scheduler store is unavailable: not connected")
         index_seq, lease = announced
-        event = runcore.indexed(self._event(record, due, now), index_seq)
+        event = runcore.indexed(self._event(record, due, now, claimed=lease is not None),
+                                index_seq)
         seq, stored, created = await self.runs.create(
             event, msg_id=scheduled_create_msg_id(record.deployment_id, due), retry_seconds=0
         )
@@ -195,7 +202,8 @@ class Firing:
 
         The protocol of :meth:`fire_due`, a batch at a time: one confirmation of the Schedule
         table for the whole batch, the announcements and the creates each sent as one
-        pipelined batch (jetstream/acks.py), every create leaving within
+        atomic batch (jetstream/acks.py; split into pipelined publishes when one item
+        races), every create leaving within
         ``FIRE_READ_MAX_AGE`` of a confirmation. Whatever a batch cannot settle (no
         confirmation, a store error on one item) goes through :meth:`fire_due` one by one.
         Returns how many due times were handled.
@@ -237,10 +245,7 @@ class Firing:
                 break
             # as the table stands now: a Schedule paused meanwhile is left out (its
             # announcement stays unstored, which reads skip)
-            still = {(record.deployment_id, due): record for record, due in self._plans(
-                [(record.deployment_id, due) for record, due, _ in ready])}
-            ready = [(still[record.deployment_id, due], due, outcome)
-                     for record, due, outcome in ready if (record.deployment_id, due) in still]
+            ready = self._still_planned(ready)
             now = self.clock.now()
             if (now - proven).total_seconds() > FIRE_READ_MAX_AGE:
                 self.stale_fires += 1
@@ -255,10 +260,17 @@ class Firing:
         self, ready: list[tuple[ScheduleRecord, datetime, tuple[int | None, Lease | None]]],
         read_at: datetime, now: datetime, leftovers: list[tuple[str, datetime]],
     ) -> None:
-        events = [runcore.indexed(self._event(record, due, now), index_seq)
-                  for record, due, (index_seq, _) in ready]
+        events = [runcore.indexed(self._event(record, due, now, claimed=lease is not None),
+                                  index_seq)
+                  for record, due, (index_seq, lease) in ready]
         msg_ids = [scheduled_create_msg_id(record.deployment_id, due) for record, due, _ in ready]
-        results = await self.runs.create_many(events, msg_ids)
+        def still_fresh() -> bool:
+            """Whether a create decided on the confirmation at ``read_at`` may still leave
+            (a batch refused as a whole is sent again one by one only then)."""
+            return (self.store.connected and (self.clock.now() - read_at).total_seconds()
+                    <= FIRE_READ_MAX_AGE)
+
+        results = await self.runs.create_many(events, msg_ids, still_fresh=still_fresh)
         for (record, due, (_, lease)), result in zip(ready, results, strict=True):
             if isinstance(result, Exception):
                 leftovers.append((record.deployment_id, due))
@@ -280,6 +292,25 @@ class Firing:
             plans.append((record, due))
         return plans
 
+    def _still_planned(
+        self, ready: list[tuple[ScheduleRecord, datetime, tuple[int | None, Lease | None]]]
+    ) -> list[tuple[ScheduleRecord, datetime, tuple[int | None, Lease | None]]]:
+        """``ready`` as the table stands now: a Schedule changed since it was planned is
+        planned again (paused: left out; its calendar changed: checked again). The table
+        hands out the same record until its Schedule changes, so the unchanged ones (all of
+        them, but for a change in the last milliseconds) cost a lookup each."""
+        assert self.table is not None
+        kept = []
+        for record, due, outcome in ready:
+            current = self.table.get(record.deployment_id)
+            if current is None:
+                continue  # deleted meanwhile
+            if current is not record and not (current.active and calendar.is_due_time(
+                    current.cron, current.timezone, due)):
+                continue
+            kept.append((current, due, outcome))
+        return kept
+
     async def _one_by_one(self, due_times: Sequence[tuple[str, datetime]]) -> None:
         """:meth:`fire_due` for each, a few at a time; failures are logged, not raised."""
         limit = asyncio.Semaphore(ONE_BY_ONE_CONCURRENCY)
@@ -293,23 +324,28 @@ class Firing:
 
         await asyncio.gather(*(one(deployment_id, due) for deployment_id, due in due_times))
 
-    def _event(self, record: ScheduleRecord, due: datetime, now: datetime) -> RunCreated:
+    def _event(self, record: ScheduleRecord, due: datetime, now: datetime, *,
+               claimed: bool = False) -> RunCreated:
+        """The create of a due time's Run; ``claimed``: this process holds its key, so the
+        create carries its claim (no ``run.claimed`` follows)."""
         return runcore.create(
-            run_id=scheduled_run_id(record.deployment_id, due),
+            run_id=_run_id(record.deployment_id, due),
             deployment_id=record.deployment_id, trigger=Trigger.SCHEDULE, due_at=due,
             payload=record.payload, now=now, actor=self.identity,
+            holder=self.identity if claimed else None,
         )
 
     async def may_start(self, record: RunRecord, *, vetted: bool) -> bool:
         """The gate: False for a scheduled Run stored only after its Schedule stopped firing.
 
-        Asked once, before a Run's first claim. Decided on the server's timestamps: the
+        Asked once, before a Run's first claim (or, for a Run stored already claimed, before
+        its first handler call). Decided on the server's timestamps: the
         Run's first event against the Schedule as it stood at that instant. Runs stored
         within ``FIRE_READ_MAX_AGE`` of being decided (all of them, unless their replica
         froze or its connection stalled mid-send) need only one read.
         """
-        if (vetted or record.trigger != Trigger.SCHEDULE or record.attempts > 0
-                or record.finished):
+        if (vetted or record.trigger != Trigger.SCHEDULE or record.finished
+                or (record.attempts > 0 and not runcore.claimed_at_create(record))):
             return True
         first = await self.store.next(
             self.store.names.run_subject(record.deployment_id, record.run_id))
