@@ -5,6 +5,20 @@
     .venv/bin/python bench/firing.py --manual             # in-process ManualClock, no waiting
     .venv/bin/python bench/firing.py --enqueue            # Run now: 64 callers for 10 s
     .venv/bin/python bench/firing.py --schedules 500 --boundaries 1 --skip-references
+    .venv/bin/python bench/firing.py --sync always        # only the shipped fsync setting
+    .venv/bin/python bench/firing.py --replicas 1,2       # 1 vs 2 replicas, same server
+    .venv/bin/python bench/firing.py --cluster            # the 3-node R3 cluster of cluster/
+    .venv/bin/python bench/firing.py --uvloop --enqueue   # a host on uvloop
+
+Which server (issue 19, points 6 and 7): ``--sync`` picks the fsync setting of the server the
+bench starts: ``default`` (the server's own, fsync every 2 minutes), ``always``
+(``sync_interval: always``, what ``nats-server.conf`` and ``cluster/`` ship), or ``both``
+(the default: each mode runs twice, each on a fresh server with its own references).
+``--cluster`` starts three nodes (``tests/harness/cluster.py``) and runs every stream R3, the
+references' streams too. ``--replicas 1,2`` fires with one, then two provider processes on
+the same server (fresh Schedules each). ``--uvloop`` runs this script's event loops, the
+child replicas' too, on uvloop (the ``bench`` extra): AstraBox's process owns the loop, so
+this is a figure, not a dependency.
 
 Why this exists: before the firing path is changed to scale (10,000 Schedules due in one minute
 started within 2 s on one replica, replicas sharing the work), the same run must say where
@@ -23,7 +37,10 @@ boundary: lateness is then counted from the instant the clock was moved, and a f
 never makes a Schedule read stale (the real clock does).
 
 References, same run, same server: (a) the raw acknowledged publish rate of N Run-sized
-messages with ``asyncio.gather`` (64 concurrent callers) and with ``publish_async``; (b) the
+messages with ``asyncio.gather`` (64 concurrent callers), with ``publish_async``, and in
+atomic batches (ADR-50, stream option ``allow_atomic``: 100 messages per batch, the first a
+request, the rest plain publishes, the last the commit request; one batch after another;
+under ``sync_interval: always`` the server syncs once per batch); (b) the
 server's own message scheduler (ADR-51: stream option ``allow_msg_schedules``, one
 ``Nats-Schedule: @at <UTC RFC3339>`` message per Schedule with its ``Nats-Schedule-Target``,
 all due at one instant), with the delivery lateness of the N fired messages.
@@ -40,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -49,13 +67,14 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import nats
+import nats.js.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy, StreamConfig
@@ -75,6 +94,35 @@ BOUNDARY_TIMEOUT = 55.0
 
 SCRIPT = Path(__file__).resolve()
 """This file: the child replicas run it with ``--child``."""
+
+ATOMIC_BATCH = 100
+"""Messages per atomic batch in reference (a)."""
+
+
+@dataclass
+class Target:
+    """The server(s) a run measures: one node, or the nodes of a cluster."""
+
+    url: str
+    """Client URL(s), comma-separated (the ``ASTRABOX_NATS_URL`` form)."""
+    http_urls: list[str]
+    pids: list[int]
+    stream_replicas: int = 1
+    sync_always: bool = False
+
+    @property
+    def label(self) -> str:
+        shape = (f"{len(self.pids)}-node cluster, streams R{self.stream_replicas}"
+                 if len(self.pids) > 1 else "one server, R1")
+        return f"{shape}, {'sync_interval: always' if self.sync_always else 'default fsync'}"
+
+
+def target_of(server: NatsServer | Target) -> Target:
+    """A single started server as a :class:`Target` (callers such as dbos_compare pass one)."""
+    if isinstance(server, Target):
+        return server
+    return Target(server.url, [server.http_url], [server.pid or 0],
+                  sync_always=server.sync_always)
 
 PAYLOAD = RunPayload("agent:bench", "summarise the night's incidents")
 
@@ -180,12 +228,16 @@ class Counters:
     """What the provider processes sent, by kind (:class:`CallTally`), summed."""
 
 
-def _varz_in_msgs(http_url: str) -> int:
-    with urllib.request.urlopen(f"{http_url}/varz", timeout=5) as answer:
-        return int(json.loads(answer.read())["in_msgs"])
+def _varz_in_msgs(http_url: str | list[str]) -> int:
+    """Messages clients sent, summed over the nodes (on a cluster: routed ones too)."""
+    total = 0
+    for url in [http_url] if isinstance(http_url, str) else http_url:
+        with urllib.request.urlopen(f"{url}/varz", timeout=5) as answer:
+            total += int(json.loads(answer.read())["in_msgs"])
+    return total
 
 
-async def counters(js: JetStreamContext, http_url: str, names: Names,
+async def counters(js: JetStreamContext, http_url: str | list[str], names: Names,
                    calls: Counter[str] | None = None) -> Counters:
     """Message counts of the provider's streams and the server's traffic counter."""
     streams: dict[str, tuple[int, int]] = {}
@@ -227,13 +279,53 @@ class PublishRates:
     publish_async: float
     """Acknowledged publishes/s with ``publish_async`` then ``publish_async_completed``."""
     payload_bytes: int
+    atomic: float = math.nan
+    """Messages/s stored in atomic batches of ``ATOMIC_BATCH`` (ADR-50), one after another."""
 
 
-async def publish_rates(nc: Client, count: int) -> PublishRates:
-    """The server's raw acknowledged-publish rate for Run-sized messages, two ways."""
+async def atomic_rate(nc: Client, count: int, payload: bytes, replicas: int = 1) -> float:
+    """Messages/s stored in atomic batches of ``ATOMIC_BATCH``, one batch after another.
+
+    ADR-50: every message carries ``Nats-Batch-Id`` and ``Nats-Batch-Sequence``; the first
+    is a request (the server answers once it accepted the batch), the others plain
+    publishes, the last one carries ``Nats-Batch-Commit: 1`` and is a request answered by
+    the batch's acknowledgement. nats-py has no call for it; these are ordinary messages.
+    """
+    js = nc.jetstream(timeout=30)
+    await js.add_stream(StreamConfig(name="REF_ATOMIC", subjects=["refatom.>"],
+                                     num_replicas=replicas, allow_atomic=True))
+    run = os.urandom(4).hex()
+    began = time.perf_counter()
+    try:
+        for start in range(0, count, ATOMIC_BATCH):
+            size = min(ATOMIC_BATCH, count - start)
+            batch_id = f"ref-{run}-{start}"
+            for k in range(size):
+                headers = {"Nats-Batch-Id": batch_id, "Nats-Batch-Sequence": str(k + 1)}
+                if k == size - 1:
+                    headers["Nats-Batch-Commit"] = "1"
+                subject = f"refatom.{start + k}"
+                if k in (0, size - 1):
+                    answer = await nc.request(subject, payload, timeout=30, headers=headers)
+                    if answer.data and b'"error"' in answer.data:
+                        raise RuntimeError(f"atomic batch refused: {answer.data[:200]!r}")
+                else:
+                    await nc.publish(subject, payload, headers=headers)
+        elapsed = time.perf_counter() - began
+        stored = (await js.stream_info("REF_ATOMIC")).state.messages
+        if stored != count:
+            print(f"  atomic batches: {stored} of {count} messages stored")
+    finally:
+        await js.delete_stream("REF_ATOMIC")
+    return count / elapsed
+
+
+async def publish_rates(nc: Client, count: int, replicas: int = 1) -> PublishRates:
+    """The server's raw acknowledged-publish rate for Run-sized messages, three ways."""
     js = nc.jetstream(timeout=30)
     payload = run_sized_payload()
-    await js.add_stream(StreamConfig(name="REF_PUB", subjects=["refpub.>"]))
+    await js.add_stream(StreamConfig(name="REF_PUB", subjects=["refpub.>"],
+                                     num_replicas=replicas))
 
     async def caller(worker: int) -> None:
         for i in range(worker, count, CALLERS):
@@ -251,7 +343,12 @@ async def publish_rates(nc: Client, count: int) -> PublishRates:
     if failed:
         print(f"  publish_async: {failed} of {count} publishes failed")
     await js.delete_stream("REF_PUB")
-    return PublishRates(gathered, count / elapsed, len(payload))
+    try:
+        atomic = await atomic_rate(nc, count, payload, replicas)
+    except (nats.errors.Error, nats.js.errors.Error, RuntimeError) as exc:
+        print(f"  atomic batches: not measured ({exc})")
+        atomic = math.nan
+    return PublishRates(gathered, count / elapsed, len(payload), atomic)
 
 
 @dataclass
@@ -268,7 +365,8 @@ class ServerSchedules:
     left_in_stream: int = 0
 
 
-async def server_schedules(nc: Client, count: int, lead: float) -> ServerSchedules:
+async def server_schedules(nc: Client, count: int, lead: float,
+                           replicas: int = 1) -> ServerSchedules:
     """ADR-51 reference: N ``@at`` schedules due together, delivery lateness of what fires.
 
     Each schedule is its own subject (``refsched.<i>``) targeting ``reffired.<i>`` in the same
@@ -278,7 +376,7 @@ async def server_schedules(nc: Client, count: int, lead: float) -> ServerSchedul
     """
     js = nc.jetstream(timeout=30)
     await js.add_stream(StreamConfig(name="REF_SCHED", subjects=["refsched.>", "reffired.>"],
-                                     allow_msg_schedules=True))
+                                     allow_msg_schedules=True, num_replicas=replicas))
     due = math.ceil(time.time() + lead)
     at = datetime.fromtimestamp(due, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     got: list[tuple[float, float]] = []
@@ -313,14 +411,15 @@ class References:
     schedules: ServerSchedules | None
 
 
-async def references(url: str, count: int, *, with_schedules: bool = True) -> References:
-    nc = await nats.connect(url)
+async def references(url: str, count: int, *, with_schedules: bool = True,
+                     replicas: int = 1) -> References:
+    nc = await nats.connect(url.split(","))
     try:
-        rates = await publish_rates(nc, count)
+        rates = await publish_rates(nc, count, replicas)
         sched = None
         if with_schedules:
             lead = 2.0 + 2 * count / rates.publish_async
-            sched = await server_schedules(nc, count, lead)
+            sched = await server_schedules(nc, count, lead, replicas)
         return References(rates, sched)
     finally:
         await nc.close()
@@ -330,7 +429,8 @@ def print_references(refs: References, count: int) -> None:
     rates = refs.rates
     print(f"reference (a): {count:,} acknowledged publishes of {rates.payload_bytes} B: "
           f"gathered ({CALLERS} callers) {rates.gathered:,.0f}/s, "
-          f"publish_async {rates.publish_async:,.0f}/s")
+          f"publish_async {rates.publish_async:,.0f}/s, "
+          f"atomic batches of {ATOMIC_BATCH} {rates.atomic:,.0f} messages/s")
     sched = refs.schedules
     if sched is None:
         return
@@ -398,10 +498,12 @@ async def apply_all(provider: NatsSchedulerProvider, schedules: list[Schedule]) 
     return len(schedules) / max(time.perf_counter() - began, 1e-9)
 
 
-async def load_schedules(url: str, prefix: str, schedules: list[Schedule]) -> float:
+async def load_schedules(url: str, prefix: str, schedules: list[Schedule],
+                         stream_replicas: int = 1) -> float:
     """Store Schedules with a provider whose ManualClock never moves, so it never fires them."""
     provider = NatsSchedulerProvider(
-        settings_for(url, prefix, len(schedules), admin_service=False),
+        settings_for(url, prefix, len(schedules), admin_service=False,
+                     replicas=stream_replicas),
         clock=ManualClock(datetime.now(UTC)))
     provider.configure()
     await provider.start(InstantHandler())
@@ -453,9 +555,10 @@ async def started(provider: NatsSchedulerProvider,
     return handler, tally
 
 
-async def child_main(url: str, prefix: str, count: int, out: Path) -> None:
+async def child_main(url: str, prefix: str, count: int, out: Path,
+                     stream_replicas: int = 1) -> None:
     """One replica: fire and dispatch until stdin closes, printing progress as JSON lines."""
-    provider = CountingProvider(settings_for(url, prefix, count))
+    provider = CountingProvider(settings_for(url, prefix, count, replicas=stream_replicas))
     handler, tally = await started(provider, prefix)
     print(json.dumps({"ready": provider.identity}), flush=True)
 
@@ -490,10 +593,13 @@ class Child:
         self._reader = asyncio.create_task(self._read())
 
     @classmethod
-    async def spawn(cls, url: str, prefix: str, count: int, out: Path) -> Child:
+    async def spawn(cls, url: str, prefix: str, count: int, out: Path,
+                    stream_replicas: int = 1) -> Child:
+        extra = ["--uvloop"] if USE_UVLOOP else []
         proc = await asyncio.create_subprocess_exec(
             sys.executable, str(SCRIPT), "--child", "--url", url,
             "--prefix", prefix, "--schedules", str(count), "--out", str(out),
+            "--stream-replicas", str(stream_replicas), *extra,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
         return cls(proc, out)
 
@@ -572,29 +678,35 @@ class FiringRun:
     stale_fires: int = 0
 
 
-def server_cpu(server: NatsServer) -> float:
-    """CPU seconds the server process has used so far (user + system, from /proc)."""
-    try:
-        fields = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def server_cpu(server: NatsServer | Target) -> float:
+    """CPU seconds the server process(es) used so far (user + system, from /proc)."""
+    total = 0.0
+    for pid in target_of(server).pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def next_boundary(after: float) -> float:
     return (math.floor(after / 60) + 1) * 60.0
 
 
-async def fire_real(server: NatsServer, count: int, *, replicas: int = 1, boundaries: int = 2,
-                    prefix: str = "FIRE") -> FiringRun:
+async def fire_real(server: NatsServer | Target, count: int, *, replicas: int = 1,
+                    boundaries: int = 2, prefix: str = "FIRE") -> FiringRun:
     """N ``* * * * *`` Schedules fired by ``replicas`` processes at real minute boundaries."""
+    target = target_of(server)
     names = Names(prefix)
-    apply_rate = await load_schedules(server.url, prefix,
-                                      [minute_schedule(i) for i in range(count)])
+    apply_rate = await load_schedules(target.url, prefix,
+                                      [minute_schedule(i) for i in range(count)],
+                                      target.stream_replicas)
     workdir = Path(tempfile.mkdtemp(prefix="firing-"))
-    children = [await Child.spawn(server.url, prefix, count, workdir / f"child{r}.json")
+    children = [await Child.spawn(target.url, prefix, count, workdir / f"child{r}.json",
+                                  target.stream_replicas)
                 for r in range(replicas)]
-    nc = await nats.connect(server.url)
+    nc = await nats.connect(target.url.split(","))
     js = nc.jetstream(timeout=30)
     measured: list[Boundary] = []
     try:
@@ -604,13 +716,13 @@ async def fire_real(server: NatsServer, count: int, *, replicas: int = 1, bounda
             due = first + 60 * k
             due_iso = datetime.fromtimestamp(due, UTC).isoformat()
             await sleep_until_wall(due - 1.5)
-            before = await counters(js, server.http_url, names, _calls(children))
+            before = await counters(js, target.http_urls, names, _calls(children))
             await sleep_until_wall(due)
             done = await poll(lambda d=due_iso: _children_done(children, d, count),
                               BOUNDARY_TIMEOUT, interval=0.1)
             done_in = time.time() - due if done else None
             await asyncio.sleep(0.3)  # one more progress line: the children's final tallies
-            after = await counters(js, server.http_url, names, _calls(children))
+            after = await counters(js, target.http_urls, names, _calls(children))
             measured.append(Boundary(due, due_iso, before, after, done_in))
     finally:
         records = [await c.stop() for c in children]
@@ -629,7 +741,8 @@ def _calls(children: list[Child]) -> Counter[str]:
 
 
 def _children_done(children: list[Child], due_iso: str, count: int) -> bool:
-    return (all(c.fired(due_iso) >= count for c in children)
+    # Owners split a minute among the replicas: together they fire every due time.
+    return (sum(c.fired(due_iso) for c in children) >= count
             and sum(c.started(due_iso) for c in children) >= count
             and all(c.idle() for c in children))
 
@@ -647,18 +760,20 @@ def _attribute_starts(result: FiringRun, records: list[dict[str, Any]]) -> None:
     result.extra_starts += sum(n - 1 for n in seen.values() if n > 1)
 
 
-async def fire_manual(server: NatsServer, count: int, *, boundaries: int = 2,
+async def fire_manual(server: NatsServer | Target, count: int, *, boundaries: int = 2,
                       prefix: str = "FIREM") -> FiringRun:
     """One in-process provider whose ManualClock is moved to each boundary.
 
     Lateness is counted from the instant the clock was moved; with the clock frozen there,
     a Schedule read never ages, so no fire is ever retried as stale.
     """
+    target = target_of(server)
     names = Names(prefix)
     clock = ManualClock(datetime(2030, 6, 1, 12, 0, 30, tzinfo=UTC))
-    provider = NatsSchedulerProvider(settings_for(server.url, prefix, count), clock=clock)
+    provider = NatsSchedulerProvider(
+        settings_for(target.url, prefix, count, replicas=target.stream_replicas), clock=clock)
     handler, tally = await started(provider, prefix)
-    nc = await nats.connect(server.url)
+    nc = await nats.connect(target.url.split(","))
     js = nc.jetstream(timeout=30)
     measured: list[Boundary] = []
     try:
@@ -667,19 +782,19 @@ async def fire_manual(server: NatsServer, count: int, *, boundaries: int = 2,
         assert ticker is not None
         for k in range(boundaries):
             due_at = datetime(2030, 6, 1, 12, 1 + k, tzinfo=UTC)
-            before = await counters(js, server.http_url, names, tally.counts)
+            before = await counters(js, target.http_urls, names, tally.counts)
             fired_before, origin = ticker.fired, time.time()
-            cpu_before = (time.process_time(), server_cpu(server))
+            cpu_before = (time.process_time(), server_cpu(target))
             clock.set(due_at)
             done = await poll(lambda f=fired_before: ticker.fired >= f + count
                               and not provider.ledger.unfinished()
                               and pending_tasks(provider) == 0,
                               BOUNDARY_TIMEOUT, interval=0.05)
             done_in = time.time() - origin if done else None
-            after = await counters(js, server.http_url, names, tally.counts)
+            after = await counters(js, target.http_urls, names, tally.counts)
             boundary = Boundary(origin, due_at.isoformat(), before, after, done_in)
             boundary.cpu = (time.process_time() - cpu_before[0],
-                            server_cpu(server) - cpu_before[1])
+                            server_cpu(target) - cpu_before[1])
             boundary.starts = [wall - origin for due, wall in handler.starts.values()
                                if due == due_at.timestamp()]
             measured.append(boundary)
@@ -753,7 +868,8 @@ def print_firing(result: FiringRun, refs: References | None) -> None:
         if b.starts and refs is not None:
             runs_per_s = len(b.starts) / max(max(b.starts), 1e-9)
             print(f"  Runs started per second up to the last: {runs_per_s:,.0f}/s = "
-                  f"{runs_per_s / refs.rates.gathered:.3f}x the gathered publish rate")
+                  f"{runs_per_s / refs.rates.gathered:.3f}x the gathered publish rate, "
+                  f"{runs_per_s / refs.rates.atomic:.3f}x atomic batches")
         print("\n".join(per_run_lines(b.before, b.after, b.created)))
     print(f" repeated start_session calls (duplicates, must be 0): {result.extra_starts}; "
           f"stale Schedule reads redone: {result.stale_fires}")
@@ -783,17 +899,19 @@ class EnqueueRun:
         return None if self.dispatched_in is None else self.enqueued / self.dispatched_in
 
 
-async def enqueue_run(server: NatsServer, *, seconds: float = 10.0,
+async def enqueue_run(server: NatsServer | Target, *, seconds: float = 10.0,
                       prefix: str = "ENQ") -> EnqueueRun:
     """``CALLERS`` concurrent callers of ``enqueue`` (Run now) for ``seconds``, then the drain."""
+    target = target_of(server)
     names = Names(prefix)
-    provider = NatsSchedulerProvider(settings_for(server.url, prefix, CALLERS))
+    provider = NatsSchedulerProvider(
+        settings_for(target.url, prefix, CALLERS, replicas=target.stream_replicas))
     handler, tally = await started(provider, prefix)
-    nc = await nats.connect(server.url)
+    nc = await nats.connect(target.url.split(","))
     js = nc.jetstream(timeout=30)
     try:
         await apply_all(provider, [minute_schedule(i, enabled=False) for i in range(CALLERS)])
-        before = await counters(js, server.http_url, names, tally.counts)
+        before = await counters(js, target.http_urls, names, tally.counts)
         returned: dict[str, float] = {}
         errors = 0
         began, wall = time.perf_counter(), time.time()
@@ -814,7 +932,7 @@ async def enqueue_run(server: NatsServer, *, seconds: float = 10.0,
                           and not provider.ledger.unfinished()
                           and pending_tasks(provider) == 0, timeout=120)
         dispatched_in = time.time() - wall if done else None
-        after = await counters(js, server.http_url, names, tally.counts)
+        after = await counters(js, target.http_urls, names, tally.counts)
         to_start = [handler.starts[r][1] - t for r, t in returned.items() if r in handler.starts]
         return EnqueueRun(elapsed, len(returned), errors, dispatched_in, to_start, before, after)
     finally:
@@ -827,18 +945,25 @@ def print_enqueue(result: EnqueueRun, refs: References) -> None:
     print(f"\nRun now: {CALLERS} concurrent callers of enqueue for {result.seconds:.1f} s: "
           f"{result.enqueued:,} Runs ({result.errors} errors)")
     print(f"  enqueue: {result.enqueue_rate:,.0f} Runs/s = "
-          f"{result.enqueue_rate / gathered:.3f}x the gathered publish rate ({gathered:,.0f}/s)")
+          f"{result.enqueue_rate / gathered:.3f}x the gathered publish rate ({gathered:,.0f}/s), "
+          f"{result.enqueue_rate / refs.rates.publish_async:.3f}x publish_async, "
+          f"{result.enqueue_rate / refs.rates.atomic:.3f}x atomic batches")
     rate = result.dispatch_rate
     if rate is None:
         print("  dispatch: not every Run was dispatched within 120 s")
     else:
         print(f"  dispatch (stored -> DISPATCHED, from the first enqueue to the last dispatched): "
-              f"{rate:,.0f} Runs/s = {rate / gathered:.3f}x the gathered publish rate")
+              f"{rate:,.0f} Runs/s = {rate / gathered:.3f}x the gathered publish rate, "
+              f"{rate / refs.rates.publish_async:.3f}x publish_async, "
+              f"{rate / refs.rates.atomic:.3f}x atomic batches")
     print(f"  enqueue returned -> start_session: {spread(result.to_start)}")
     print("\n".join(per_run_lines(result.before, result.after, result.enqueued)))
 
 
 # ----------------------------------------------------------------------------- main
+
+USE_UVLOOP = False
+"""Whether this process (and the child replicas it spawns) run on uvloop (``--uvloop``)."""
 
 
 async def with_server(body: Callable[[NatsServer], Awaitable[None]]) -> None:
@@ -846,55 +971,109 @@ async def with_server(body: Callable[[NatsServer], Awaitable[None]]) -> None:
         await body(server)
 
 
-async def main(args: argparse.Namespace) -> None:
-    async def body(server: NatsServer) -> None:
-        refs = None
-        if not args.skip_references:
-            refs = await references(server.url, args.schedules,
-                                    with_schedules=not args.enqueue)
-            print_references(refs, args.schedules)
-        if args.enqueue:
-            refs = refs or await references(server.url, args.schedules, with_schedules=False)
-            print_enqueue(await enqueue_run(server, seconds=args.seconds), refs)
-            return
-        if args.manual:
-            result = await fire_manual(server, args.schedules, boundaries=args.boundaries)
-            print_firing(result, refs)
-        else:
-            result = await fire_real(server, args.schedules, replicas=args.replicas,
-                                     boundaries=args.boundaries)
-            print_firing(result, refs)
+@contextlib.contextmanager
+def started_target(tmp: Path, *, sync_always: bool, cluster: bool) -> Iterator[Target]:
+    """A fresh server, or a fresh 3-node cluster, for one fsync setting; always stopped."""
+    if not cluster:
+        with NatsServer(tmp, sync_always=sync_always).start() as server:
+            yield target_of(server)
+        return
+    sys.path.insert(0, str(SCRIPT.parents[1]))  # the repository root, for tests.harness
+    from tests.harness.cluster import NatsCluster
 
-    await with_server(body)
+    with NatsCluster(tmp, sync_always=sync_always).start() as nodes:
+        yield Target(nodes.urls, [n.http_url for n in nodes.nodes],
+                     [n.pid or 0 for n in nodes.nodes], stream_replicas=3,
+                     sync_always=sync_always)
+
+
+async def measure_on(target: Target, args: argparse.Namespace) -> None:
+    """Every figure the arguments ask for, on one server (or cluster) with its references."""
+    loop = "uvloop" if USE_UVLOOP else "asyncio"
+    print(f"\n=== {target.label}; event loop {loop}; {os.cpu_count()} cores; "
+          f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC ===")
+    refs = None
+    if not args.skip_references or args.enqueue:
+        refs = await references(target.url, args.schedules,
+                                with_schedules=not (args.enqueue or args.skip_references),
+                                replicas=target.stream_replicas)
+        print_references(refs, args.schedules)
+    if args.enqueue:
+        assert refs is not None
+        print_enqueue(await enqueue_run(target, seconds=args.seconds), refs)
+        return
+    if args.manual:
+        print_firing(await fire_manual(target, args.schedules, boundaries=args.boundaries), refs)
+        return
+    for replicas in args.replicas:
+        result = await fire_real(target, args.schedules, replicas=replicas,
+                                 boundaries=args.boundaries, prefix=f"FIRE{replicas}")
+        print_firing(result, refs)
+
+
+async def main(args: argparse.Namespace) -> None:
+    modes = {"default": [False], "always": [True], "both": [False, True]}[args.sync]
+    for sync_always in modes:
+        with tempfile.TemporaryDirectory() as tmp, started_target(
+                Path(tmp), sync_always=sync_always, cluster=args.cluster) as target:
+            await measure_on(target, args)
+
+
+def replica_counts(text: str) -> list[int]:
+    counts = [int(part) for part in text.split(",") if part.strip()]
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError("replica counts are positive integers, e.g. 1,2")
+    return counts
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--schedules", type=int, default=10_000)
-    parser.add_argument("--replicas", type=int, default=1)
+    parser.add_argument("--replicas", type=replica_counts, default=[1],
+                        help="provider processes firing; a list (1,2) runs each in turn")
     parser.add_argument("--boundaries", type=int, default=2)
     parser.add_argument("--manual", action="store_true",
                         help="one in-process provider on a ManualClock (no waiting)")
     parser.add_argument("--enqueue", action="store_true",
                         help=f"{CALLERS} callers of enqueue (Run now) instead of firing")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of --enqueue")
+    parser.add_argument("--sync", choices=("default", "always", "both"), default="both",
+                        help="the server's fsync: its default interval, sync_interval: always "
+                             "(the shipped nats-server.conf), or both in turn (default)")
+    parser.add_argument("--cluster", action="store_true",
+                        help="a 3-node cluster on loopback, every stream R3")
+    parser.add_argument("--uvloop", action="store_true",
+                        help="run the event loops (this one and the replicas') on uvloop")
     parser.add_argument("--skip-references", action="store_true")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--prefix", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--stream-replicas", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.manual and args.replicas != 1:
+    if args.manual and args.replicas != [1]:
         parser.error("--manual runs one in-process provider: it cannot be combined with "
                      "--replicas (real processes cannot share a ManualClock)")
     return args
 
 
+def run(coroutine: Awaitable[None], use_uvloop: bool) -> None:
+    """Run ``coroutine`` on asyncio's loop, or on uvloop's."""
+    global USE_UVLOOP
+    USE_UVLOOP = use_uvloop
+    if not use_uvloop:
+        asyncio.run(coroutine)  # type: ignore[arg-type]
+        return
+    import uvloop  # the bench extra: pip install -e '.[bench]'
+
+    uvloop.run(coroutine)  # type: ignore[arg-type]
+
+
 if __name__ == "__main__":
     arguments = parse()
     if arguments.child:
-        asyncio.run(child_main(arguments.url, arguments.prefix, arguments.schedules,
-                               arguments.out))
+        run(child_main(arguments.url, arguments.prefix, arguments.schedules, arguments.out,
+                       arguments.stream_replicas), arguments.uvloop)
     else:
-        asyncio.run(main(arguments))
+        run(main(arguments), arguments.uvloop)

@@ -7,16 +7,22 @@ process several times and reports, as medians of those runs:
 
 - ``start()``: seconds until it returns, and the process's resident memory after it (and
   again after the background warm-up of the last day's Runs finished);
-- ``list_runs(limit=50)``: the first page and a page deep in the history, p50 over 50 calls;
+- ``list_runs(limit=50)``: the first page right after ``start()`` returned (a replica
+  started a moment ago, its warm-up still running), then the first page and a page deep in
+  the history, p50 over 50 calls; and the same two pages read the way the provider read
+  them before pages were pipelined (``RunHistory.page`` and a merge that scans every Run
+  the process holds), p50 over the same calls: before/after in one run;
 - ``get_run`` of Runs the replica never touched (from a page deep in the history): p50
   over 50 calls;
-- the same-run reference: one leader read of a Run's last event (``STREAM.MSG.GET``), p50.
+- the same-run references: one direct get of a Run's last event (``$JS.API.DIRECT.GET``)
+  and one leader read of it (``STREAM.MSG.GET``), p50.
 
 Then, on a separate namespace, retention: 5 deployments x 200 Runs with
 ``retention_runs=50`` keep 50 Runs each and purge the events of the others.
 
     .venv/bin/python bench/history.py                 # 1k, 100k, 1M (about 6 minutes)
     .venv/bin/python bench/history.py --sizes 1000,100000 --starts 3
+    .venv/bin/python bench/history.py --deployments 1 --sizes 10000,100000  # one deployment
 
 Figures are printed as a table with ratios; nothing is asserted.
 """
@@ -40,7 +46,8 @@ import nats
 
 from nats_scheduler import NatsSchedulerProvider, NatsSettings
 from nats_scheduler.core import runcore
-from nats_scheduler.core.events import encode
+from nats_scheduler.core.events import RunRecord, encode
+from nats_scheduler.jetstream.direct import reader_of
 from nats_scheduler.jetstream.history import IndexEntry
 from nats_scheduler.names import (
     HDR_MSG_ID,
@@ -49,6 +56,7 @@ from nats_scheduler.names import (
     random_run_id,
 )
 from nats_scheduler.natsserver.process import NatsServer
+from nats_scheduler.runtime.reads import FRESH, merge
 from nats_scheduler.seam import RunPayload, Schedule, Trigger
 from nats_scheduler.testing.handler import RecordingRunHandler
 
@@ -124,14 +132,33 @@ async def prepare(url: str, prefix: str) -> None:
 # ----------------------------------------------------------------------------- one replica
 
 
+async def legacy_page(provider: NatsSchedulerProvider, dep: str, limit: int,
+                      before: str | None) -> list[RunRecord]:
+    """A page read as the provider read it before pages were pipelined: the cursor's
+    retention check, ``RunHistory.page`` (first and last entry, window, states: one read
+    after the other) and a merge over every Run this process holds of the deployment."""
+    running = provider.runtime
+    assert running is not None
+    reads, history, ledger = running.reads, running.history, running.ledger
+    cursor = await reads.find(before) if before is not None else None
+    now = datetime.now(UTC)
+    page = [r for r in await history.page(dep, limit, cursor)
+            if not r.finished or r.created_at >= now - history.retention_age]
+    return merge(page, ledger.known_runs(dep), limit, cursor, now, FRESH)
+
+
 async def child(url: str, prefix: str) -> dict[str, float]:
     """A fresh replica: start it, read, and report (runs in its own process)."""
     base = rss_mb()
     provider = NatsSchedulerProvider(settings(url, prefix))
     provider.configure()
+    dep = "dep-007" if DEPLOYMENTS > 7 else "dep-000"
     t0 = time.perf_counter()
     await provider.start(RecordingRunHandler())
     started = time.perf_counter() - t0
+    t = time.perf_counter()
+    page = await provider.list_runs(dep, limit=50)  # a replica started a moment ago
+    cold = time.perf_counter() - t
     rss_started = rss_mb()
     try:
         assert provider.runtime is not None
@@ -140,9 +167,7 @@ async def child(url: str, prefix: str) -> dict[str, float]:
             if task.get_name() == "history warm-up":
                 await task
         rss_warm = rss_mb()
-        dep = "dep-007"
-        first, deep, gets, direct = [], [], [], []
-        page = await provider.list_runs(dep, limit=50)
+        first, deep, gets, direct, leader, old_first, old_deep = [], [], [], [], [], [], []
         cursor = page[-1].run_id
         for _ in range(4):  # a cursor deep in the history: walk a few thousand Runs back
             deeper = await provider.list_runs(dep, limit=1000, before=cursor)
@@ -150,25 +175,32 @@ async def child(url: str, prefix: str) -> dict[str, float]:
                 cursor = deeper[-1].run_id
         store = provider.store
         subject = store.names.run_subject(dep, page[0].run_id)
+        reader = reader_of(store.nc)
+        one_get = [(store.names.runs_stream, {"last_by_subj": subject})]
         # get_run of Runs this process never touched (not in its memory): a page deep down
         olds = [r.run_id for r in await provider.list_runs(dep, limit=50, before=cursor)]
+        same = (await legacy_page(provider, dep, 50, cursor) ==
+                await provider.runs_page(dep, limit=50, before=cursor))
         for i in range(50):
-            t = time.perf_counter()
-            await provider.list_runs(dep, limit=50)
-            first.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            await provider.list_runs(dep, limit=50, before=cursor)
-            deep.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            await provider.get_run(olds[i % len(olds)] if olds else page[-1].run_id)
-            gets.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            await store.js.get_last_msg(store.names.runs_stream, subject)
-            direct.append(time.perf_counter() - t)
+            for sink, call in (
+                (first, lambda: provider.list_runs(dep, limit=50)),
+                (deep, lambda: provider.list_runs(dep, limit=50, before=cursor)),
+                (old_first, lambda: legacy_page(provider, dep, 50, None)),
+                (old_deep, lambda: legacy_page(provider, dep, 50, cursor)),
+                (gets, lambda i=i: provider.get_run(olds[i % len(olds)] if olds
+                                                    else page[-1].run_id)),
+                (direct, lambda: reader.get_many(one_get, 2.0)),
+                (leader, lambda: store.js.get_last_msg(store.names.runs_stream, subject)),
+            ):
+                t = time.perf_counter()
+                await call()
+                sink.append(time.perf_counter() - t)
         return {"start_s": started, "rss_base_mb": base, "rss_started_mb": rss_started,
-                "rss_warm_mb": rss_warm, "list_first_ms": p50(first) * 1000,
-                "list_deep_ms": p50(deep) * 1000, "get_ms": p50(gets) * 1000,
-                "direct_ms": p50(direct) * 1000}
+                "rss_warm_mb": rss_warm, "list_cold_ms": cold * 1000,
+                "list_first_ms": p50(first) * 1000, "list_deep_ms": p50(deep) * 1000,
+                "old_first_ms": p50(old_first) * 1000, "old_deep_ms": p50(old_deep) * 1000,
+                "get_ms": p50(gets) * 1000, "direct_ms": p50(direct) * 1000,
+                "leader_ms": p50(leader) * 1000, "same_page": float(same)}
     finally:
         await provider.stop()
 
@@ -176,7 +208,8 @@ async def child(url: str, prefix: str) -> dict[str, float]:
 def measure(url: str, prefix: str, starts: int) -> dict[str, float]:
     runs = []
     for _ in range(starts):
-        out = subprocess.run([sys.executable, __file__, "--child", url, prefix],
+        out = subprocess.run([sys.executable, __file__, "--child", url, prefix,
+                              "--deployments", str(DEPLOYMENTS)],
                              capture_output=True, text=True)
         if out.returncode != 0:
             raise SystemExit(f"replica failed:\n{out.stderr[-3000:]}")
@@ -235,11 +268,15 @@ async def fill_retention(url: str, prefix: str) -> None:
 
 
 def main() -> int:
+    global DEPLOYMENTS
     parser = argparse.ArgumentParser(prog="bench/history.py")
     parser.add_argument("--sizes", default="1000,100000,1000000")
     parser.add_argument("--starts", type=int, default=3, help="replica starts per size")
+    parser.add_argument("--deployments", type=int, default=DEPLOYMENTS,
+                        help="deployments the Runs are spread over (1: one deployment's)")
     parser.add_argument("--child", nargs=2, metavar=("URL", "PREFIX"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    DEPLOYMENTS = args.deployments
     if args.child:
         print(json.dumps(asyncio.run(child(*args.child))))
         return 0
@@ -267,21 +304,27 @@ def main() -> int:
 def report(rows: list[tuple[int, dict[str, float]]], before: int, after: int, listed: int,
            starts: int) -> None:
     base = rows[0][1]
-    print(f"\nhistory bench ({os.cpu_count()} cores, {datetime.now(UTC):%Y-%m-%d}), medians of "
-          f"{starts} replica starts; reference: one leader read of a Run (same run)")
+    print(f"\nhistory bench ({os.cpu_count()} cores, {datetime.now(UTC):%Y-%m-%d}, "
+          f"{DEPLOYMENTS} deployment(s)), medians of {starts} replica starts; references: one "
+          "direct get and one leader read of a Run (same run)")
     print(f"{'runs stored':>12} {'start s':>8} {'rss MB':>7} {'warm MB':>8} "
-          f"{'list 1st ms':>11} {'list deep ms':>12} {'get ms':>7} {'direct ms':>9} "
-          f"{'start vs 1k':>11} {'rss vs 1k':>9}")
+          f"{'start vs 1st':>12} {'rss vs 1st':>10}")
     for size, m in rows:
         print(f"{size:>12,} {m['start_s']:>8.3f} {m['rss_started_mb']:>7.1f} "
-              f"{m['rss_warm_mb']:>8.1f} {m['list_first_ms']:>11.2f} {m['list_deep_ms']:>12.2f} "
-              f"{m['get_ms']:>7.2f} {m['direct_ms']:>9.3f} "
-              f"{m['start_s'] / base['start_s']:>11.2f} "
-              f"{m['rss_started_mb'] / base['rss_started_mb']:>9.2f}")
-    print("ratios to the direct read (same run): " + ", ".join(
-        f"{size:,}: list {m['list_first_ms'] / m['direct_ms']:.1f}x / "
-        f"deep {m['list_deep_ms'] / m['direct_ms']:.1f}x / get {m['get_ms'] / m['direct_ms']:.1f}x"
-        for size, m in rows))
+              f"{m['rss_warm_mb']:>8.1f} {m['start_s'] / base['start_s']:>12.2f} "
+              f"{m['rss_started_mb'] / base['rss_started_mb']:>10.2f}")
+    print("\nlist_runs(limit=50), ms (p50; 'cold': the first page right after start())")
+    print(f"{'runs stored':>12} {'cold':>7} {'first':>7} {'deep':>7} {'old 1st':>8} "
+          f"{'old deep':>8} {'get_run':>8} {'direct':>7} {'leader':>7} "
+          f"{'1st/dir':>7} {'deep/dir':>8} {'old/new':>7} {'same':>5}")
+    for size, m in rows:
+        print(f"{size:>12,} {m['list_cold_ms']:>7.2f} {m['list_first_ms']:>7.2f} "
+              f"{m['list_deep_ms']:>7.2f} {m['old_first_ms']:>8.2f} {m['old_deep_ms']:>8.2f} "
+              f"{m['get_ms']:>8.2f} {m['direct_ms']:>7.3f} {m['leader_ms']:>7.3f} "
+              f"{m['list_first_ms'] / m['direct_ms']:>7.1f} "
+              f"{m['list_deep_ms'] / m['direct_ms']:>8.1f} "
+              f"{m['old_first_ms'] / m['list_first_ms']:>7.1f} "
+              f"{'yes' if m['same_page'] == 1.0 else 'NO':>5}")
     print(f"retention (5 deployments x 200 Runs, retention_runs=50): Run subjects {before} -> "
           f"{after} after enforcement; list_runs returns {listed} (expected 250)")
 

@@ -126,6 +126,11 @@ class RunHistory:
 
     # ------------------------------------------------------------------ reading
 
+    @property
+    def store(self) -> Store:
+        """The store this history reads (pages: :mod:`.history_reads`)."""
+        return self._store
+
     async def _first(self, deployment_id: str) -> _Stored | None:
         """The deployment's oldest retained entry, with how many follow it."""
         msgs = await self._store.direct_batch(self._names.index_stream, {
@@ -263,10 +268,10 @@ class RunHistory:
         return latest
 
     async def newest(
-        self, count: int, window: timedelta
+        self, count: int, window: timedelta, per_read: int = MAX_BATCH
     ) -> AsyncIterator[list[tuple[str, IndexEntry]]]:
         """The newest ``count`` entries of every deployment together, stored within ``window``
-        of the newest one, oldest first, in chunks of at most ``MAX_BATCH``.
+        of the newest one, oldest first, in chunks of at most ``per_read`` (``MAX_BATCH``).
 
         Bounded by ``count`` whatever the history's length: it starts ``count`` sequences
         before the index's end.
@@ -275,9 +280,10 @@ class RunHistory:
         if last == 0:
             return
         newest_at = await self._stored_at(last)
+        per_read = max(1, min(per_read, MAX_BATCH))
         request: dict[str, object] = {"seq": max(1, last - count + 1),
                                       "next_by_subj": self._names.index_filter,
-                                      "batch": MAX_BATCH}
+                                      "batch": per_read}
         while True:
             msgs = await self._store.direct_batch(self._names.index_stream, request)
             chunk: list[tuple[str, IndexEntry]] = []
@@ -290,11 +296,11 @@ class RunHistory:
                     chunk.append((untoken(subject.rsplit(".", 1)[-1]), stored.entry))
             if chunk:
                 yield chunk
-            if len(msgs) < MAX_BATCH:
+            if len(msgs) < per_read:
                 return
             last_seq = int((msgs[-1].headers or {}).get("Nats-Sequence", 0))
             request = {"seq": last_seq + 1, "next_by_subj": self._names.index_filter,
-                       "batch": MAX_BATCH}
+                       "batch": per_read}
 
     async def _stored_at(self, seq: int) -> datetime | None:
         """When the index message at (or after) ``seq`` was stored."""
