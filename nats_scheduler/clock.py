@@ -3,15 +3,25 @@
 The ticker, the dispatcher's backoff and the lease logic take a :class:`Clock`, so tests can
 drive due times and retries with :class:`ManualClock` instead of waiting. Server-side timers
 (NATS timeouts, KV TTLs) cannot be faked; the provider does not depend on any.
+
+A running provider reads :class:`ServerClock`: the store's clock as this replica knows it
+(docs/architecture.md, "One clock: the store's"), wrapped around the injected clock when
+that one follows the wall clock (``follows_wall_time``); a :class:`ManualClock` is used as
+it is, so tests keep driving time by hand.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
+
+from .core.serverclock import FRESH_SECONDS, Estimate, OffsetEstimator, Sample
 
 
 class Clock(Protocol):
@@ -42,6 +52,9 @@ async def sleep_for(clock: Clock, seconds: float) -> None:
 
 class SystemClock:
     """The real clock: wall time from the OS, waits on the event loop."""
+
+    follows_wall_time = True
+    """A running provider corrects it to the store's clock (:class:`ServerClock`)."""
 
     def now(self) -> datetime:
         return datetime.now(UTC)
@@ -104,3 +117,94 @@ class ManualClock:
     def sleepers(self) -> int:
         """How many tasks wait on this clock (tests use it to know a loop is parked)."""
         return sum(1 for _, _, f in self._sleepers if not f.done())
+
+
+NAP_SECONDS = 1.0
+"""A :class:`ServerClock` sleeper looks at the time at least this often: a new sample, the
+estimate going stale or the inner clock stepping must not leave it asleep past its instant."""
+
+
+class ServerClock:
+    """The store's clock, never ahead of it: what a replica fires due times by.
+
+    ``now()`` is the LOWER bound of the server's time (:mod:`.core.serverclock`): this
+    replica's elapsed time plus the tightest offset its writes' server timestamps prove, so
+    a due time is never fired before the server's clock has reached it, and is late by at
+    most the bound's width (a round trip, a millisecond or two). The estimate is fed by
+    :meth:`observe` (the presence beat, once a second). With no fresh estimate (the server
+    unreachable for ``fresh`` seconds, or before the first beat) it is the inner clock, as
+    before this class existed.
+    """
+
+    follows_wall_time = False  # already corrected: never wrapped twice
+
+    def __init__(self, inner: Clock, *, elapsed: Callable[[], float] = time.monotonic,
+                 fresh: float = FRESH_SECONDS, estimator: OffsetEstimator | None = None
+                 ) -> None:
+        self.inner = inner
+        self._elapsed = elapsed
+        self._fresh = fresh
+        self.estimator = estimator or OffsetEstimator()
+        self._changed = asyncio.Event()
+
+    @classmethod
+    def wrap(cls, clock: Clock) -> Clock:
+        """``clock`` corrected to the server's when it follows the wall clock, else itself."""
+        if getattr(clock, "follows_wall_time", False):
+            return cls(clock)
+        return clock
+
+    def observe(self, sample: Sample) -> None:
+        """One write's timings and server stamp; wakes the sleepers to look again."""
+        self.estimator.add(sample)
+        event, self._changed = self._changed, asyncio.Event()
+        event.set()
+
+    def wall_seconds(self) -> float:
+        """The inner (host) clock, seconds since the epoch: the other end of a sample."""
+        return self.inner.now().timestamp()
+
+    def estimate(self) -> Estimate | None:
+        """The fresh estimate, or None (then :meth:`now` is the inner clock)."""
+        return self.estimator.estimate(self._elapsed(), fresh=self._fresh)
+
+    def offset(self) -> float | None:
+        """This host's clock minus the server's, seconds (positive: ahead); None if unknown."""
+        estimate = self.estimate()
+        return None if estimate is None else estimate.wall_offset
+
+    def now(self) -> datetime:
+        elapsed = self._elapsed()
+        estimate = self.estimator.estimate(elapsed, fresh=self._fresh)
+        if estimate is None:
+            return self.inner.now()
+        return datetime.fromtimestamp(estimate.server_low(elapsed), UTC)
+
+    async def sleep(self, seconds: float) -> None:
+        """Elapsed time, like ``SystemClock.sleep`` (the inner clock's when it has one)."""
+        await sleep_for(self.inner, seconds)
+
+    async def sleep_until(self, instant: datetime) -> None:
+        while True:
+            now = self.now()
+            if now >= instant:
+                return
+            changed = self._changed
+            if self.estimate() is None:
+                waiting = self.inner.sleep_until(instant)
+            else:
+                waiting = asyncio.sleep(min((instant - now).total_seconds(), NAP_SECONDS))
+            await _first(waiting, changed.wait(), timeout=NAP_SECONDS)
+
+
+async def _first(*waits: object, timeout: float) -> None:
+    """Wait for the first of ``waits`` (coroutines) to end, at most ``timeout`` seconds."""
+    tasks = [asyncio.ensure_future(w) for w in waits]  # type: ignore[call-overload]
+    try:
+        await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task

@@ -57,14 +57,24 @@ async def test_check_passes_a_real_history_and_fails_a_poisoned_one(
         finally:
             await nc.close()
         assert [e.type for e in history.runs].count("run.dispatched") == 2
-        report = check(history, Options(ledger=provider.ledger))
+        report = check(history, Options(ledger=provider.ledger, early_tolerance=None))
         assert report.ok, report.text()
         assert report.runs == 2
         assert all(provider.ledger.get(r) is not None for r in (fired.run_id, now.run_id))
 
+    # the far due time was fired by hand, years before it is due: ``early`` unless the
+    # checker is told that due times were fired by hand
     code, out, _ = await run_cli(capsys, nats_url, prefix)
+    assert code == 7, out
+    assert f"early: {fired.run_id}: created" in out and "before its due time" in out
+    code, out, _ = await run_cli(capsys, nats_url, prefix, "--early-tolerance", "off")
     assert code == 0, out
     assert out.startswith("checked 2 runs, 1 schedules")
+    assert "events/s" in out  # the rate
+    # --since: only the Runs created from then on are judged (here: none)
+    code, out, _ = await run_cli(capsys, nats_url, prefix, "--since", "now")
+    assert code == 0, out
+    assert out.startswith("checked 0 runs, 1 schedules")
 
     # the handler's record of calls as JSON Lines: consistent with the store
     # (the recording handler stamps calls on the monotonic clock: convert to wall time)
@@ -74,13 +84,14 @@ async def test_check_passes_a_real_history_and_fails_a_poisoned_one(
         "at": c.started_at + offset, "method": str(c.method), "run_id": c.run_id,
         "session_id": c.invocation.session_id, "returned": c.result})
         for c in handler.calls) + "\n")
-    code, out, _ = await run_cli(capsys, nats_url, prefix, "--calls", str(calls))
+    code, out, _ = await run_cli(capsys, nats_url, prefix, "--calls", str(calls),
+                                 "--early-tolerance", "off")
     assert code == 0, out
 
     # replicas alive only for the last minutes: the far due time cannot have been theirs
     start = (datetime.now(UTC) - timedelta(minutes=3)).isoformat()
     code, out, _ = await run_cli(capsys, nats_url, prefix, "--alive", f"{start}/now/a",
-                                 "--json")
+                                 "--json", "--early-tolerance", "off")
     report_json = json.loads(out)
     assert code == 7 and not report_json["ok"]
     assert [(v["check"], v["subject"]) for v in report_json["violations"]] == [

@@ -152,7 +152,7 @@ def test_a_good_history_has_no_violations(good: Builder) -> None:
 def test_every_check_is_named_and_described() -> None:
     assert set(invariants.CHECKS) == {
         "poison", "transition", "projection", "doubled", "missed", "invented", "paused",
-        "sessions", "unfinished", "admit_order", "stolen"}
+        "sessions", "unfinished", "admit_order", "stolen", "early"}
 
 
 # ----------------------------------------------------------------------------- poison
@@ -280,10 +280,52 @@ def test_a_run_for_a_time_replicas_could_not_fire_is_invented(case: str) -> None
         b.apply(1)
     # a window that ends before T0: no due time is expected, the Run at T0 + 1 h is outside
     windows = [Window(at(-30), at(-1))] if case == "outside_windows" else []
-    report = invariants.check(b.history(), Options(windows=windows))
+    # these forged Runs are also stored before their due time: judged by ``early`` below
+    report = invariants.check(b.history(), Options(windows=windows, early_tolerance=None))
     assert checks(report) == {"invented"}, report.text()
     if case == "outside_windows":  # due times fired by hand (tests) are not bounded
         assert invariants.check(b.history(), Options(windows=windows, ticker_only=False)).ok
+
+
+# ----------------------------------------------------------------------------- early
+
+
+@pytest.mark.parametrize(("created", "claimed", "violation"), [
+    (0.0, 0.01, None),            # stored at its due time: on time
+    (-0.04, 0.01, None),          # within the tolerance (clocks' rates, a cluster's servers)
+    (-0.2, 0.01, "created"),      # stored 0.2 s before its due time
+    (-20.0, -19.9, "created"),    # a host 20 s fast, firing by its own clock
+])
+def test_a_run_stored_or_started_before_its_due_time_is_early(
+    created: float, claimed: float, violation: str | None,
+) -> None:
+    b = Builder()
+    b.apply(-60)
+    run_id = b.create(created)
+    b.claim(max(created, claimed) + 0.001, run_id)
+    b.session(max(created, claimed) + 0.002, run_id)
+    b.dispatched(max(created, claimed) + 0.003, run_id)
+    report = invariants.check(b.history(), Options())
+    if violation is None:
+        assert report.ok, report.text()
+        return
+    assert checks(report) == {"early"}, report.text()
+    assert f"{violation} {-created:.3f} s before its due time" in report.text()
+    # fired by hand (a test, an operator): not judged; nor with the check switched off
+    assert invariants.check(b.history(), Options(ticker_only=False)).ok
+    assert invariants.check(b.history(), Options(early_tolerance=None)).ok
+
+
+def test_a_run_created_on_time_but_started_early_is_early() -> None:
+    """A forged history: the create's stamp is on time, the claim's is before the due time
+    (the stream orders them, so only forged or mis-stamped stores look like this)."""
+    b = Builder()
+    b.apply(-60)
+    run_id = b.create(0.0)
+    b.claim(-1.0, run_id)
+    report = invariants.check(b.history(), Options(grace=1000))
+    assert checks(report) == {"early"}, report.text()
+    assert "started 1.000 s before" in report.text()
 
 
 # ----------------------------------------------------------------------------- pause

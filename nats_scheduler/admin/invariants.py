@@ -35,6 +35,12 @@ The checks (``CHECKS`` names them; docs/failure-modes.md says which test proves 
 - ``admit_order``: an ``admit_turn`` call before the Run's Session ID was stored.
 - ``stolen``: a takeover (``run.claimed`` with ``takeover_from``) from a holder whose
   liveness window covered the whole lease before it.
+- ``early``: a scheduled Run whose creation (or first claim: the start) the server stored
+  before its due time, beyond ``EARLY_TOLERANCE``; only when the tickers alone fired.
+
+:class:`Checker` runs them one stored event at a time, in memory bounded by the Runs still
+open (``nats-scheduler check`` streams a production store through it); :func:`check` feeds
+it a :class:`History` held in memory.
 """
 
 from __future__ import annotations
@@ -60,7 +66,7 @@ from ..core.events import (
 )
 from ..core.runcore import TransitionError, evolve
 from ..jetstream.leases import LeaseValue
-from ..names import Names
+from ..names import Names, scheduled_run_id
 from ..projections.ledger import Ledger
 from ..runtime.firing import NOT_STARTED_AFTER_PAUSE, PAUSE_VISIBILITY_SECONDS
 from ..seam import RunState, Trigger
@@ -77,7 +83,17 @@ CHECKS: dict[str, str] = {
     "unfinished": "a Run neither dispatched nor failed, nobody holding it, past the grace",
     "admit_order": "admit_turn called before the Run's Session ID was stored",
     "stolen": "a Run taken over from a holder that was alive through its whole lease",
+    "early": "a scheduled Run created or started before its due time, by the server's clock",
 }
+
+EARLY_TOLERANCE = 0.05
+"""Seconds a scheduled Run may be stored (or claimed) before its due time by the server's
+timestamps and still not be ``early``. A replica fires by the lower bound of the server's
+clock (docs/architecture.md, "One clock: the store's"), so its create reaches the server
+after the due time; the tolerance covers the two clocks' rates drifting between samples
+(at most ``FRESH_SECONDS`` x a few hundred ppm: a few milliseconds) and the servers of a
+cluster disagreeing with each other by some milliseconds (the presence bucket's leader
+stamps the samples, the Run stream's leader the Runs)."""
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -172,6 +188,9 @@ class Options:
     skew: float = 0.0
     """Seconds a replica's clock may have run ahead: it fires due times that early, so a
     due time up to this far after a window is not invented."""
+    early_tolerance: float | None = EARLY_TOLERANCE
+    """Seconds a scheduled Run may be stored before its due time (``early``); None skips it
+    (a provider driven by a hand-moved clock)."""
 
 
 # ----------------------------------------------------------------------------- outputs
@@ -224,42 +243,188 @@ class Report:
 
 def check(history: History, options: Options | None = None) -> Report:
     """Run every check that the history and options allow; see the module docstring."""
-    options = options or Options()
-    now = options.now or history.read_at
-    runs, poison = _group_runs(history)
-    schedules, schedule_poison = _group_schedules(history)
-    replayed, transitions = _replay(runs)
-    found: list[Violation] = [*poison, *schedule_poison, *transitions]
-    found += check_projection(replayed, options.ledger)
-    found += check_due_times(runs, schedules, options, now)
-    found += check_paused(runs, schedules, options.pause_visibility)
-    found += check_sessions(runs, options.calls, options.clock_tolerance)
-    found += check_unfinished(replayed, runs, history.leases, now, options.grace)
-    found += check_admit_order(runs, options.calls, options.clock_tolerance)
-    found += check_stolen(runs, options.windows, options.lease_seconds)
-    return Report(tuple(sorted(set(found))), runs=len(runs), schedules=len(schedules),
-                  events=len(history.runs) + len(history.schedules))
+    checker = Checker(history.prefix, history.schedules, history.leases, options)
+    for stored in history.runs:
+        checker.feed(stored)
+    return checker.finish(history.read_at)
 
-
-# ----------------------------------------------------------------------------- grouping
 
 RunHistory = list[tuple[StoredEvent, RunEventType]]
 ScheduleHistory = list[tuple[StoredEvent, ScheduleEvent]]
 
 
-def _group_runs(history: History) -> tuple[dict[str, RunHistory], list[Violation]]:
-    """Valid Run events per Run ID, in stream order; the poison separately."""
-    names = Names(history.prefix)
-    runs: dict[str, RunHistory] = {}
-    poison: list[Violation] = []
-    for stored in history.runs:
-        problem = _run_problem(names, stored)
+@dataclass
+class _Open:
+    """A Run still open in the replay: its valid events so far and the state they leave."""
+
+    events: RunHistory
+    state: RunRecord
+
+
+class Checker:
+    """The checks, fed one stored Run event at a time in stream order: bounded memory.
+
+    A production store holds up to 10,000 Runs per deployment (docs/configuration.md,
+    "History retention"), a million at a hundred deployments: far too many events to hold.
+    So a Run's events are kept only while it is open (neither DISPATCHED nor FAILED): every
+    check about one Run is judged when it finishes (or at :meth:`finish` for those still
+    open), and then only a 64-bit hash of its ID stays, which is all the checks across Runs
+    need (a scheduled Run's ID is derived from its deployment and due time, so "one Run per
+    due time" is a question about IDs seen). Memory: about 70 bytes per Run stored, plus the
+    open Runs, the Schedules and the handler's calls when given. A hash collision (about one
+    in 10^7 at a million Runs) could report a false ``doubled`` or ``transition``, never hide
+    a violation.
+
+    ``partial``: the events start mid-stream (``check --since``): a Run whose creation came
+    before the first event is skipped, not reported.
+    """
+
+    def __init__(self, prefix: str, schedules: Iterable[StoredEvent],
+                 leases: Mapping[str, LeaseValue] | None = None,
+                 options: Options | None = None, *, partial: bool = False) -> None:
+        self._names = Names(prefix)
+        self._options = options or Options()
+        self._partial = partial
+        schedule_events = list(schedules)
+        self._schedules, self._found = _group_schedules(self._names, schedule_events)
+        self._leases = leases or {}
+        self._calls = _calls_by_run(self._options.calls)
+        self._open: dict[str, _Open] = {}
+        self._seen: set[int] = set()
+        """``hash()`` of the ID of every Run whose creation was read."""
+        self._odd: dict[tuple[str, datetime], list[str]] = {}
+        """Scheduled Runs whose ID is not the one derived from their due time (forged)."""
+        self.runs = 0
+        self.events = len(schedule_events)
+        self.skipped = 0
+        """Events of Runs created before the window (``partial``), not judged."""
+
+    # ------------------------------------------------------------------ feeding
+
+    def feed(self, stored: StoredEvent) -> None:
+        """One stored Run event, in stream order."""
+        self.events += 1
+        problem = _run_problem(self._names, stored)
         if problem is not None:
-            poison.append(Violation("poison", f"{stored.subject}#{stored.seq}", problem))
-            continue
+            self._found.append(Violation("poison", f"{stored.subject}#{stored.seq}", problem))
+            return
         event: RunEventType = stored.event  # type: ignore[assignment]
-        runs.setdefault(event.run.run_id, []).append((stored, event))
-    return runs, poison
+        run_id = event.run.run_id
+        current = self._open.get(run_id)
+        if current is None:
+            self._first(stored, event)
+            return
+        try:
+            current.state = evolve(current.state, event)
+        except TransitionError as exc:
+            self._found.append(Violation("transition", run_id,
+                                         f"{stored.type} at #{stored.seq}: {exc}"))
+            return
+        current.events.append((stored, event))
+        if current.state.finished:
+            self._close(run_id)
+
+    def _first(self, stored: StoredEvent, event: RunEventType) -> None:
+        """An event of a Run not open: its creation, or one that cannot be (reported)."""
+        run_id = event.run.run_id
+        known = hash(run_id) in self._seen
+        if not isinstance(event, RunCreated) or known:
+            if known:
+                detail = f"run {run_id} already finished" if not isinstance(
+                    event, RunCreated) else f"run {run_id} already exists"
+            elif self._partial:
+                self.skipped += 1
+                return
+            else:
+                detail = f"run {run_id}: {type(event).__name__} before created"
+            self._found.append(Violation("transition", run_id,
+                                         f"{stored.type} at #{stored.seq}: {detail}"))
+            return
+        self._seen.add(hash(run_id))
+        self.runs += 1
+        run = event.run
+        if (run.trigger == Trigger.SCHEDULE and run.due_at is not None
+                and run_id != scheduled_run_id(run.deployment_id, run.due_at)):
+            self._odd.setdefault((run.deployment_id, run.due_at), []).append(run_id)
+        self._open[run_id] = _Open([(stored, event)], run)
+        if run.finished:
+            self._close(run_id)
+
+    def _close(self, run_id: str) -> None:
+        """Judge one Run on all its events, and forget them."""
+        current = self._open.pop(run_id)
+        self._found += self._judge(run_id, current.events, current.state)
+
+    def _judge(self, run_id: str, events: RunHistory, state: RunRecord) -> list[Violation]:
+        options = self._options
+        found: list[Violation] = []
+        found += _projection_of(run_id, state, options.ledger)
+        first, created = events[0]
+        if isinstance(created, RunCreated) and created.run.trigger == Trigger.SCHEDULE:
+            run = created.run
+            schedule = self._schedules.get(run.deployment_id, [])
+            problem = _invented(run, first, schedule, options)
+            if problem:
+                assert run.due_at is not None
+                found.append(Violation("invented", _due_subject(run.deployment_id, run.due_at),
+                                       problem))
+            found += _paused(run, first, events, schedule, options.pause_visibility)
+            found += _early(run, events, options)
+        calls = self._calls.pop(run_id, [])
+        found += _sessions_of(run_id, events, calls, options.clock_tolerance)
+        found += _admit_order_of(run_id, events, calls, options.clock_tolerance)
+        found += _stolen_of(run_id, events, _alive_by_identity(options.windows),
+                            options.lease_seconds)
+        return found
+
+    # ------------------------------------------------------------------ the end
+
+    def finish(self, read_at: datetime) -> Report:
+        """Judge the Runs still open and the checks across Runs; the report."""
+        options = self._options
+        now = options.now or read_at
+        found = self._found
+        for run_id in list(self._open):
+            current = self._open[run_id]
+            found += _unfinished_of(run_id, current.state, current.events, self._leases, now,
+                                    options.grace)
+            self._close(run_id)
+        found += self._due_times(now)
+        found += self._unknown_in_ledger()
+        for run_id, calls in self._calls.items():  # calls of Runs never read
+            found += _admit_order_of(run_id, [], calls, options.clock_tolerance)
+        self._calls = {}
+        return Report(tuple(sorted(set(found))), runs=self.runs,
+                      schedules=len(self._schedules), events=self.events)
+
+    def _has_run(self, key: tuple[str, datetime]) -> bool:
+        return key in self._odd or hash(scheduled_run_id(*key)) in self._seen
+
+    def _due_times(self, now: datetime) -> list[Violation]:
+        """None doubled (only forged IDs can double a due time); none expected missed."""
+        found = []
+        for key, run_ids in self._odd.items():
+            derived = scheduled_run_id(*key)
+            ids = set(run_ids) | ({derived} if hash(derived) in self._seen else set())
+            if len(ids) > 1:
+                found.append(Violation("doubled", _due_subject(*key),
+                                       f"{len(ids)} runs: {', '.join(sorted(ids))}"))
+        for key in _expected(self._schedules, self._options, now):
+            if not self._has_run(key):
+                found.append(Violation("missed", _due_subject(*key), "no run stored"))
+        return found
+
+    def _unknown_in_ledger(self) -> list[Violation]:
+        ledger = self._options.ledger
+        if ledger is None:
+            return []
+        return [Violation("projection", record.run_id, "in the ledger but no valid event stores it")
+                for deployment_id in ledger.deployments()
+                for record in ledger.known_runs(deployment_id)
+                if hash(record.run_id) not in self._seen]
+
+
+# ----------------------------------------------------------------------------- grouping
 
 
 def _run_problem(names: Names, stored: StoredEvent) -> str | None:
@@ -277,11 +442,11 @@ def _run_problem(names: Names, stored: StoredEvent) -> str | None:
     return None
 
 
-def _group_schedules(history: History) -> tuple[dict[str, ScheduleHistory], list[Violation]]:
+def _group_schedules(names: Names, stored_events: Iterable[StoredEvent]
+                     ) -> tuple[dict[str, ScheduleHistory], list[Violation]]:
     schedules: dict[str, ScheduleHistory] = {}
     poison: list[Violation] = []
-    names = Names(history.prefix)
-    for stored in history.schedules:
+    for stored in stored_events:
         event = stored.event
         if event is None or not isinstance(event, ScheduleEvent):
             detail = (f"does not decode: {stored.error}" if event is None
@@ -303,50 +468,40 @@ def _schedule_subject(names: Names, deployment_id: str) -> str:
         return ""
 
 
-# ----------------------------------------------------------------------------- replay
+# ----------------------------------------------------------------------------- one Run
 
 
-def _replay(runs: Mapping[str, RunHistory]) -> tuple[dict[str, RunRecord], list[Violation]]:
-    """Fold each Run's events with ``evolve``; skip (and report) what it rejects."""
-    states: dict[str, RunRecord] = {}
-    found: list[Violation] = []
-    for run_id, events in runs.items():
-        state: RunRecord | None = None
-        for stored, event in events:
-            try:
-                state = evolve(state, event)
-            except TransitionError as exc:
-                found.append(Violation("transition", run_id,
-                                       f"{stored.type} at #{stored.seq}: {exc}"))
-        if state is not None:
-            states[run_id] = state
-    return states, found
-
-
-def check_projection(replayed: Mapping[str, RunRecord], ledger: Ledger | None
-                     ) -> list[Violation]:
-    """What the ledger holds is the replayed state, every unfinished Run is in it, and it
-    holds no Run that no valid event stores.
-
-    The ledger is bounded (unfinished Runs, the recently touched ones): a finished Run it no
-    longer holds is not a difference, one it holds in another state is.
-    """
+def _projection_of(run_id: str, state: RunRecord, ledger: Ledger | None) -> list[Violation]:
+    """What the ledger holds is the replayed state (a finished Run it no longer holds is not
+    a difference: the ledger is bounded; one it holds in another state is)."""
     if ledger is None:
         return []
-    found = []
-    for run_id, state in replayed.items():
-        held = ledger.get(run_id)
-        if (held is None and state.finished) or held == state:
-            continue
-        shown = "nothing" if held is None else held.state.value
-        found.append(Violation("projection", run_id,
-                               f"ledger holds {shown}, the events say {state.state.value}"))
-    for deployment_id in ledger.deployments():
-        for record in ledger.known_runs(deployment_id):
-            if record.run_id not in replayed:
-                found.append(Violation("projection", record.run_id,
-                                       "in the ledger but no valid event stores it"))
-    return found
+    held = ledger.get(run_id)
+    if (held is None and state.finished) or held == state:
+        return []
+    shown = "nothing" if held is None else held.state.value
+    return [Violation("projection", run_id,
+                      f"ledger holds {shown}, the events say {state.state.value}")]
+
+
+def _early(run: RunRecord, events: RunHistory, options: Options) -> list[Violation]:
+    """A scheduled Run created, or first claimed (so started), before its due time by the
+    server's timestamps, beyond ``early_tolerance``. Only when the tickers alone fired due
+    times (a test or an operator may fire one ahead on purpose)."""
+    if options.early_tolerance is None or not options.ticker_only or run.due_at is None:
+        return []
+    bound = run.due_at - timedelta(seconds=options.early_tolerance)
+    first = events[0][0]
+    if first.stored_at < bound:
+        early = (run.due_at - first.stored_at).total_seconds()
+        return [Violation("early", run.run_id,
+                          f"created {early:.3f} s before its due time {run.due_at.isoformat()}")]
+    claims = [stored for stored, event in events if isinstance(event, RunClaimed)]
+    if claims and claims[0].stored_at < bound:
+        early = (run.due_at - claims[0].stored_at).total_seconds()
+        return [Violation("early", run.run_id,
+                          f"started {early:.3f} s before its due time {run.due_at.isoformat()}")]
+    return []
 
 
 # ----------------------------------------------------------------------------- due times
@@ -372,36 +527,6 @@ def _inactive_since(events: ScheduleHistory, instant: datetime) -> datetime | No
         elif since is None:
             since = stored.stored_at
     return since
-
-
-def _scheduled(runs: Mapping[str, RunHistory]) -> Iterator[tuple[StoredEvent, RunRecord]]:
-    """The first stored event and the created state of every scheduled Run."""
-    for events in runs.values():
-        first, event = events[0]
-        if isinstance(event, RunCreated) and event.run.trigger == Trigger.SCHEDULE:
-            yield first, event.run
-
-
-def check_due_times(runs: Mapping[str, RunHistory], schedules: Mapping[str, ScheduleHistory],
-                    options: Options, now: datetime) -> list[Violation]:
-    """One Run per expected due time; none doubled; none for a time that is not due."""
-    by_due: dict[tuple[str, datetime], list[str]] = {}
-    found: list[Violation] = []
-    for first, run in _scheduled(runs):
-        assert run.due_at is not None
-        key = (run.deployment_id, run.due_at)
-        by_due.setdefault(key, []).append(run.run_id)
-        problem = _invented(run, first, schedules.get(run.deployment_id, []), options)
-        if problem:
-            found.append(Violation("invented", _due_subject(*key), problem))
-    for key, run_ids in by_due.items():
-        if len(run_ids) > 1:
-            found.append(Violation("doubled", _due_subject(*key),
-                                   f"{len(run_ids)} runs: {', '.join(sorted(run_ids))}"))
-    for key in _expected(schedules, options, now):
-        if key not in by_due:
-            found.append(Violation("missed", _due_subject(*key), "no run stored"))
-    return found
 
 
 def _due_subject(deployment_id: str, due: datetime) -> str:
@@ -501,45 +626,39 @@ def _started(events: RunHistory) -> bool:
     return not (isinstance(after, RunFailed) and after.error == NOT_STARTED_AFTER_PAUSE)
 
 
-def check_paused(runs: Mapping[str, RunHistory], schedules: Mapping[str, ScheduleHistory],
-                 visibility: float) -> list[Violation]:
+def _paused(run: RunRecord, first: StoredEvent, events: RunHistory,
+            schedule: ScheduleHistory, visibility: float) -> list[Violation]:
     """No scheduled Run stored later than ``visibility`` after its Schedule stopped, started.
 
     Judged on the server's timestamps: the Schedule event that stopped it was stored before
     ``apply`` (or the hold, or ``delete``) returned, so this is the stricter reading.
     """
-    found = []
-    bound = timedelta(seconds=visibility)
-    for first, run in _scheduled(runs):
-        since = _inactive_since(schedules.get(run.deployment_id, []), first.stored_at)
-        if since is None or first.stored_at - since <= bound:
-            continue
-        if _started(runs[run.run_id]):
-            late = (first.stored_at - since).total_seconds()
-            found.append(Violation("paused", run.run_id,
-                                   f"stored {late:.3f} s after its schedule stopped, "
-                                   "and started"))
-    return found
+    since = _inactive_since(schedule, first.stored_at)
+    if since is None or first.stored_at - since <= timedelta(seconds=visibility):
+        return []
+    if not _started(events):
+        return []
+    late = (first.stored_at - since).total_seconds()
+    return [Violation("paused", run.run_id,
+                      f"stored {late:.3f} s after its schedule stopped, and started")]
 
 
 # ----------------------------------------------------------------------------- sessions
 
 
-def check_sessions(runs: Mapping[str, RunHistory], calls: Sequence[HandlerCall] | None,
-                   tolerance: float = 0.5) -> list[Violation]:
+def _sessions_of(run_id: str, events: RunHistory, calls: Sequence[HandlerCall],
+                 tolerance: float = 0.5) -> list[Violation]:
     """One Session ID per Run, in its events and the handler's calls; retries reuse it."""
     found = []
-    by_run = _calls_by_run(calls)
-    for run_id, events in runs.items():
-        sessions = {event.run.session_id for _, event in events if event.run.session_id}
-        sessions |= {e.session_id for _, e in events if isinstance(e, RunSessionStarted)}
-        for call in by_run.get(run_id, []):
-            returned = call.returned if call.method == "start_session" else None
-            sessions |= {s for s in (call.session_id, returned) if s}
-        if len(sessions) > 1:
-            found.append(Violation("sessions", run_id,
-                                   f"{len(sessions)} sessions: {', '.join(sorted(sessions))}"))
-        found += _session_not_reused(run_id, events, by_run.get(run_id, []), tolerance)
+    sessions = {event.run.session_id for _, event in events if event.run.session_id}
+    sessions |= {e.session_id for _, e in events if isinstance(e, RunSessionStarted)}
+    for call in calls:
+        returned = call.returned if call.method == "start_session" else None
+        sessions |= {s for s in (call.session_id, returned) if s}
+    if len(sessions) > 1:
+        found.append(Violation("sessions", run_id,
+                               f"{len(sessions)} sessions: {', '.join(sorted(sessions))}"))
+    found += _session_not_reused(run_id, events, list(calls), tolerance)
     return found
 
 
@@ -572,80 +691,77 @@ def _session_not_reused(run_id: str, events: RunHistory, calls: list[HandlerCall
                       f"{(late[0].at - stored_at).total_seconds():.1f} s after it was stored")]
 
 
-def check_admit_order(runs: Mapping[str, RunHistory], calls: Sequence[HandlerCall] | None,
-                      tolerance: float) -> list[Violation]:
+def _admit_order_of(run_id: str, events: RunHistory, calls: Sequence[HandlerCall],
+                    tolerance: float) -> list[Violation]:
     """Every ``admit_turn`` call came after the Run's ``run.session_started`` was stored."""
-    found = []
-    slack = timedelta(seconds=tolerance)
-    for run_id, run_calls in _calls_by_run(calls).items():
-        admits = [c for c in run_calls if c.method == "admit_turn"]
-        if not admits:
-            continue
-        stored_at = _session_stored_at(runs.get(run_id, []))
-        first = min(c.at for c in admits)
-        if stored_at is None:
-            found.append(Violation("admit_order", run_id,
-                                   "admit_turn called but no session was ever stored"))
-        elif first + slack < stored_at:
-            early = (stored_at - first).total_seconds()
-            found.append(Violation("admit_order", run_id,
-                                   f"admit_turn called {early:.3f} s before the session "
-                                   "was stored"))
-    return found
+    admits = [c for c in calls if c.method == "admit_turn"]
+    if not admits:
+        return []
+    stored_at = _session_stored_at(events)
+    first = min(c.at for c in admits)
+    if stored_at is None:
+        return [Violation("admit_order", run_id,
+                          "admit_turn called but no session was ever stored")]
+    if first + timedelta(seconds=tolerance) < stored_at:
+        early = (stored_at - first).total_seconds()
+        return [Violation("admit_order", run_id,
+                          f"admit_turn called {early:.3f} s before the session was stored")]
+    return []
 
 
 # ----------------------------------------------------------------------------- liveness
 
 
-def check_unfinished(replayed: Mapping[str, RunRecord], runs: Mapping[str, RunHistory],
-                     leases: Mapping[str, LeaseValue], now: datetime, grace: float
-                     ) -> list[Violation]:
-    """Every Run is finished, held under a live lease, or moved within ``grace``."""
-    found = []
-    for run_id, state in replayed.items():
-        if state.state in (RunState.DISPATCHED, RunState.FAILED):
-            continue
-        lease = leases.get(run_id)
-        if lease is not None and lease.expires_at > now:
-            continue
-        since = runs[run_id][-1][0].stored_at
-        if state.retry_at is not None and state.retry_at > since:
-            since = state.retry_at
-        idle = (now - since).total_seconds()
-        if idle > grace:
-            found.append(Violation("unfinished", run_id,
-                                   f"{state.state.value} for {idle:.1f} s, nobody holds it"))
-    return found
+def _unfinished_of(run_id: str, state: RunRecord, events: RunHistory,
+                   leases: Mapping[str, LeaseValue], now: datetime, grace: float
+                   ) -> list[Violation]:
+    """The Run is finished, held under a live lease, or moved within ``grace``."""
+    if state.state in (RunState.DISPATCHED, RunState.FAILED):
+        return []
+    lease = leases.get(run_id)
+    if lease is not None and lease.expires_at > now:
+        return []
+    since = events[-1][0].stored_at
+    if state.retry_at is not None and state.retry_at > since:
+        since = state.retry_at
+    idle = (now - since).total_seconds()
+    if idle <= grace:
+        return []
+    return [Violation("unfinished", run_id,
+                      f"{state.state.value} for {idle:.1f} s, nobody holds it")]
 
 
-def check_stolen(runs: Mapping[str, RunHistory], windows: Sequence[Window],
-                 lease_seconds: float) -> list[Violation]:
+def _alive_by_identity(windows: Sequence[Window]) -> dict[str, list[Window]]:
+    alive: dict[str, list[Window]] = {}
+    for window in windows:
+        if window.identity is not None:
+            alive.setdefault(window.identity, []).append(window)
+    return alive
+
+
+def _stolen_of(run_id: str, events: RunHistory, alive: Mapping[str, list[Window]],
+               lease_seconds: float) -> list[Violation]:
     """No takeover from a holder that was alive all along since it could last have renewed.
 
     A takeover stored at ``T`` from holder ``X`` is legitimate only if ``X`` stopped renewing
     for a lease: so ``X``'s liveness windows must not cover ``[max(T - lease, X's claim), T]``.
     """
-    alive: dict[str, list[Window]] = {}
-    for window in windows:
-        if window.identity is not None:
-            alive.setdefault(window.identity, []).append(window)
     if not alive:
         return []
     found = []
     span = timedelta(seconds=lease_seconds)
-    for run_id, events in runs.items():
-        claimed_at: dict[str, datetime] = {}
-        for stored, event in events:
-            if isinstance(event, RunCreated) and event.holder is not None:
-                claimed_at[event.holder] = stored.stored_at  # a create with its claim
-            if not isinstance(event, RunClaimed):
-                continue
-            victim = event.takeover_from
-            if victim is not None and victim != event.holder:  # not a restart taking its own
-                since = max(stored.stored_at - span, claimed_at.get(victim, stored.stored_at))
-                if any(w.covers(since, stored.stored_at) for w in alive.get(victim, [])):
-                    found.append(Violation("stolen", run_id,
-                                           f"{event.holder} took it from {victim}, alive "
-                                           f"throughout, at #{stored.seq}"))
-            claimed_at[event.holder] = stored.stored_at
+    claimed_at: dict[str, datetime] = {}
+    for stored, event in events:
+        if isinstance(event, RunCreated) and event.holder is not None:
+            claimed_at[event.holder] = stored.stored_at  # a create with its claim
+        if not isinstance(event, RunClaimed):
+            continue
+        victim = event.takeover_from
+        if victim is not None and victim != event.holder:  # not a restart taking its own
+            since = max(stored.stored_at - span, claimed_at.get(victim, stored.stored_at))
+            if any(w.covers(since, stored.stored_at) for w in alive.get(victim, [])):
+                found.append(Violation("stolen", run_id,
+                                       f"{event.holder} took it from {victim}, alive "
+                                       f"throughout, at #{stored.seq}"))
+        claimed_at[event.holder] = stored.stored_at
     return found

@@ -15,6 +15,11 @@ replica that died a while ago. Their age is judged by the server's own timestamp
 only with each other (each entry's against the newest, our own fresh put): still no
 replica's clock is involved.
 
+The beat is also this replica's measure of the store's clock (``core/serverclock.py``): the
+elapsed time just before each put and just after its ack, and the server's timestamp on that
+very message (it comes back through the watch, so the measure costs no extra request), give
+one :class:`~nats_scheduler.core.serverclock.Sample` to ``on_sample`` per beat.
+
 Presence only decides who fires first; it is never what makes a Run unique (the store's
 conditional create is). So a wrong answer costs work, not correctness, and this process
 always counts itself: with no server answering, ``live()`` is just ``(identity,)`` and the
@@ -24,11 +29,13 @@ replica fires everything itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import TypeVar
 
 import msgspec
 import nats.js.errors
@@ -36,10 +43,13 @@ from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
+from ..core.serverclock import Sample
 from ..names import Names
 from ..tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
+
+_V = TypeVar("_V")
 
 WINDOW_BEATS = 3
 """A replica is live while its key was put within this many beats."""
@@ -49,6 +59,13 @@ MAX_AGE_SECONDS = 30.0
 
 STOP_TIMEOUT = 2.0
 """Seconds ``stop()`` gives each server operation: a stop never hangs on a dead server."""
+
+REPLAY_WAIT = 2.0
+"""Seconds ``start()`` waits for the watch's replay: the live replicas and the first sample
+of the server's clock are then known before the ticker plans anything."""
+
+PENDING_BEATS = 8
+"""Beats whose timings (or server stamps) wait for their other half, at most."""
 
 
 class PresenceValue(msgspec.Struct, frozen=True, kw_only=True):
@@ -99,7 +116,9 @@ class Presence:
     """This replica's key in the replicas bucket, and the live replicas it sees there."""
 
     def __init__(self, kv: KeyValue, names: Names, identity: str, *, beat_seconds: float,
-                 elapsed: Callable[[], float]) -> None:
+                 elapsed: Callable[[], float],
+                 on_sample: Callable[[Sample], None] | None = None,
+                 wall: Callable[[], float] = time.time) -> None:
         self._kv = kv
         self._names = names
         self._key = names.replica_key(identity)
@@ -117,25 +136,44 @@ class Presence:
         self._joined = False
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
+        self._on_sample = on_sample
+        self._wall = wall
+        self._timings: dict[int, tuple[float, float, float, float]] = {}
+        """revision of our put -> (elapsed sent, elapsed acked, wall sent, wall acked)."""
+        self._stamps: dict[int, float] = {}
+        """revision of our put -> the server's timestamp, when the watch saw it first."""
+        self._replayed = asyncio.Event()
 
     @classmethod
     async def open(cls, js: JetStreamContext, names: Names, identity: str, *, replicas: int,
                    beat_seconds: float = 1.0,
-                   elapsed: Callable[[], float] = time.monotonic) -> Presence:
-        """Bind the replicas bucket (creating it on first use); :meth:`start` to join."""
+                   elapsed: Callable[[], float] = time.monotonic,
+                   on_sample: Callable[[Sample], None] | None = None,
+                   wall: Callable[[], float] = time.time) -> Presence:
+        """Bind the replicas bucket (creating it on first use); :meth:`start` to join.
+
+        ``on_sample`` gets one sample of the server's clock per beat, timed on ``elapsed``
+        (and ``wall``, the host's clock, for the offset people read)."""
         config = bucket_config(names, replicas=replicas, beat_seconds=beat_seconds)
         kv = await _bind_or_create(js, config)
-        return cls(kv, names, identity, beat_seconds=beat_seconds, elapsed=elapsed)
+        return cls(kv, names, identity, beat_seconds=beat_seconds, elapsed=elapsed,
+                   on_sample=on_sample, wall=wall)
 
     # ------------------------------------------------------------------ joining and leaving
 
     async def start(self) -> None:
-        """Put our key, watch the bucket, and beat. Raises if the server refuses the first put."""
+        """Put our key, watch the bucket, and beat. Raises if the server refuses the first put.
+
+        Returns once the watch has replayed the bucket (at most ``REPLAY_WAIT``): the live
+        replicas are known, and our first put's stamp is the first sample of the clock.
+        """
         await self._beat()
         self._joined = True
         self._watcher = await self._kv.watchall()
         self._tasks = [asyncio.create_task(self._follow(self._watcher), name="presence-watch"),
                        asyncio.create_task(self._beat_forever(), name="presence-beat")]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._replayed.wait(), REPLAY_WAIT)
 
     async def stop(self) -> None:
         """Leave: stop beating, delete our key (others drop us at once), end the watch.
@@ -167,7 +205,35 @@ class Presence:
     async def _beat(self) -> None:
         value = PresenceValue(identity=self.identity, started_at=self._started_at,
                               beat_at=datetime.now(UTC))
-        await self._kv.put(self._key, _encode(value))
+        sent, wall_sent = self._elapsed(), self._wall()
+        revision = await self._kv.put(self._key, _encode(value))
+        timing = (sent, self._elapsed(), wall_sent, self._wall())
+        stamp = self._stamps.pop(revision, None)
+        if stamp is not None:
+            self._sample(timing, stamp)
+        else:
+            _bounded_put(self._timings, revision, timing)
+
+    def _stamped(self, entry: KeyValue.Entry) -> None:
+        """Our own put seen by the watch: with its timings, one sample of the server's clock."""
+        stamp = _server_seconds(entry.created)
+        if self._on_sample is None or stamp is None or entry.revision is None:
+            return
+        timing = self._timings.pop(entry.revision, None)
+        if timing is not None:
+            self._sample(timing, stamp)
+        else:
+            _bounded_put(self._stamps, entry.revision, stamp)
+
+    def _sample(self, timing: tuple[float, float, float, float], stamp: float) -> None:
+        if self._on_sample is None:
+            return
+        sent, acked, wall_sent, wall_acked = timing
+        try:
+            self._on_sample(Sample(sent=sent, acked=acked, server=stamp, wall_sent=wall_sent,
+                                   wall_acked=wall_acked))
+        except Exception:
+            log.debug("presence: a clock sample was refused", exc_info=True)
 
     async def _beat_forever(self) -> None:
         """Re-put our key every beat; a missed beat is only logged (the next one may land)."""
@@ -188,6 +254,7 @@ class Presence:
                 if entry is None:
                     if replay is not None:
                         self._apply_replay(replay)
+                        self._replayed.set()
                     replay = None
                 elif replay is not None:
                     replay.append(entry)
@@ -206,6 +273,8 @@ class Presence:
             self._apply(entry, now - age)
 
     def _apply(self, entry: KeyValue.Entry, seen_at: float) -> None:
+        if entry.key == self._key and entry.operation not in ("DEL", "PURGE"):
+            self._stamped(entry)
         if entry.operation in ("DEL", "PURGE") or not entry.value:
             if self._seen.pop(entry.key, None) is not None:
                 self._dirty = True
@@ -243,3 +312,11 @@ class Presence:
         self._next_expiry = min((s + self.window for _, s in self._seen.values()),
                                 default=math.inf)
         self._dirty = False
+
+
+def _bounded_put(pending: dict[int, _V], revision: int, value: _V) -> None:
+    """Keep the newest ``PENDING_BEATS`` entries: a half that never meets its other half
+    (a beat whose ack was lost) must not grow the map."""
+    pending[revision] = value
+    while len(pending) > PENDING_BEATS:
+        del pending[next(iter(pending))]

@@ -33,7 +33,7 @@ from typing import Protocol
 
 from opentelemetry.metrics import MeterProvider
 
-from ..clock import Clock, sleep_for
+from ..clock import Clock, ServerClock, sleep_for
 from ..core.events import RunRecord, ScheduleRecord, decode_run_event, decode_schedule_event
 from ..core.ownership import owner, owner_key
 from ..core.runcore import RetryPolicy
@@ -97,6 +97,7 @@ class Runtime:
         metrics: Metrics | None = None,
     ) -> None:
         settings = store.settings
+        clock = ServerClock.wrap(clock)  # fire by the store's clock (docs/architecture.md)
         self.store = store
         self.metrics = metrics or Metrics.disabled()
         self.ledger = ledger
@@ -199,8 +200,11 @@ class Runtime:
         work for the store when several replicas run.
         """
         try:
-            presence = await Presence.open(self.store.js, self.store.names, self._identity,
-                                           replicas=self.settings.replicas)
+            clock = self._clock
+            presence = await Presence.open(
+                self.store.js, self.store.names, self._identity, replicas=self.settings.replicas,
+                **({"on_sample": clock.observe, "wall": clock.wall_seconds}
+                   if isinstance(clock, ServerClock) else {}))
             await presence.start()
         except Exception as exc:
             log.warning("could not join the live replicas (%s); this replica fires every "
@@ -262,6 +266,12 @@ class Runtime:
         self._ready.set()
         log.info("schedules loaded: %d (%d planned)", len(records), ticker.planned)
         await self._warm_up()
+
+    def server_offset(self) -> tuple[float, float] | None:
+        """This host's clock minus the store's and its error bound (seconds); None unknown."""
+        clock = self._clock
+        estimate = clock.estimate() if isinstance(clock, ServerClock) else None
+        return None if estimate is None else (estimate.wall_offset, estimate.wall_error)
 
     def _owns_due(self, deployment_id: str, due: datetime) -> bool:
         return self._owns(owner_key(deployment_id, due))

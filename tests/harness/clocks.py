@@ -20,6 +20,9 @@ from datetime import UTC, datetime, timedelta
 class OffsetClock:
     """Wall time from the OS plus :attr:`offset`; :meth:`step` changes it."""
 
+    follows_wall_time = True
+    """A host's wall clock, wrong by ``offset``: the provider corrects it to the store's."""
+
     def __init__(self, offset_seconds: float = 0.0) -> None:
         self.offset = timedelta(seconds=offset_seconds)
         self._stepped = asyncio.Event()

@@ -139,6 +139,13 @@ class ReplicaProvider(NatsSchedulerProvider):
         return await super().fire_due(deployment_id, due_at)
 
 
+def _server_offset(provider: ReplicaProvider) -> float | None:
+    """The replica's clock minus the store's, as its runtime estimates it (None: unknown)."""
+    runtime = provider.runtime
+    offset = None if runtime is None else runtime.server_offset()
+    return None if offset is None else offset[0]
+
+
 class Replica:
     """The command interpreter around one started provider."""
 
@@ -271,6 +278,7 @@ class Replica:
             "ticker_fires": self.provider.ticker_fires,
             "stale_fires": self.provider.stale_fires,
             "loop": self.loop.figures() if self.loop else None,
+            "server_offset": _server_offset(self.provider),
         }
 
     async def op_step_clock(self, cmd: dict[str, Any]) -> dict[str, Any]:
