@@ -13,11 +13,12 @@ from rich.text import Text
 from textual import work
 
 from nats_scheduler.admin.api import RunView, ScheduleView
+from nats_scheduler.admin.client import BULK_PAGE
 
 from .dialogs.bulk_confirm import BulkConfirmDialog
 from .dialogs.confirm import ConfirmDialog
 from .formatting import relative, short_id
-from .messages import ActionDone, ActionOutcome
+from .messages import ActionDone, ActionOutcome, BulkProgress, BulkTally
 from .screens.base import ConsoleScreen
 
 
@@ -116,9 +117,25 @@ class OperatorActions(ConsoleScreen):
 
     # ---------------------------------------------------------------- bulk
 
+    bulk_tally: BulkTally | None = None
+    """The bulk action running now (None: none)."""
+    last_bulk: BulkTally | None = None
+    """The latest bulk action's report."""
+    _bulk_stop = False
+
     def bulk_filter(self) -> str:
         """The filter bulk actions apply to (the Schedules screen's filter)."""
         return ""
+
+    def bulk_matching(self, text: str) -> list[ScheduleView] | None:
+        """The Schedules a bulk action on ``text`` applies to, if this screen knows them
+        all (None: ask the backend)."""
+        return None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "cancel_bulk":
+            return self.bulk_tally is not None  # shown only while one runs
+        return super().check_action(action, parameters)
 
     def action_hold_bulk(self) -> None:
         self._bulk(hold=True)
@@ -126,33 +143,88 @@ class OperatorActions(ConsoleScreen):
     def action_release_bulk(self) -> None:
         self._bulk(hold=False)
 
+    def action_cancel_bulk(self) -> None:
+        if self.bulk_tally is None:
+            self.notify("No bulk action is running", severity="warning")
+            return
+        self._bulk_stop = True
+        self.notify("Stopping after the page in progress…", title="Cancelling")
+
     def _bulk(self, *, hold: bool) -> None:
         text = self.bulk_filter()
         if not text:
             self.notify("Bulk actions apply to the current filter: set one with / first.",
                         severity="warning")
             return
+        if self.bulk_tally is not None:
+            self.notify("A bulk action is running: wait for it, or cancel it with c.",
+                        severity="warning")
+            return
         self._bulk_confirm(text, hold=hold)
 
     @work(group="action", exit_on_error=False)
     async def _bulk_confirm(self, text: str, *, hold: bool) -> None:
-        # The list comes from the backend with the same filter the bulk call will use, so
-        # the dialog lists exactly what the service will change.
-        matching = await self.guarded("Listing", self.console.backend.list_schedules(text))
+        # Every loaded Schedule with the service's own filter, or the backend's list: the
+        # dialog counts exactly what the bulk call will go through.
+        matching = self.bulk_matching(text)
+        if matching is None:
+            matching = await self.guarded("Listing",
+                                          self.console.backend.list_schedules(text))
         if matching is None:
             return
         if not matching:
             self.notify(f"No Schedule matches {text!r}", severity="warning")
             return
-        backend, user = self.console.backend, self.console.user
-        call = backend.hold_bulk if hold else backend.release_bulk
-        verb = "Hold" if hold else "Release"
         self._confirm(
             BulkConfirmDialog(text, matching, hold=hold),
-            lambda reason: self.backend_call(
-                f"Bulk {verb.lower()}", "held" if hold else "released",
-                lambda: call(text, by=user, reason=reason)),
+            lambda reason: self._run_bulk(text, reason, hold=hold, expected=len(matching)),
         )
+
+    @work(group="bulk", exit_on_error=False)
+    async def _run_bulk(self, text: str, reason: str, *, hold: bool, expected: int) -> None:
+        """The bulk action page by page: progress after each, stop between two on ``c``."""
+        backend, user = self.console.backend, self.console.user
+        call = backend.hold_bulk if hold else backend.release_bulk
+        tally = BulkTally("held" if hold else "released", text, expected)
+        self.bulk_tally, self._bulk_stop = tally, False
+        self.refresh_bindings()
+        self.post_message(BulkProgress(tally, finished=False))
+        after: str | None = None
+        try:
+            while True:
+                page = await self.guarded(f"Bulk {'hold' if hold else 'release'}", call(
+                    text, by=user, reason=reason, after=after, limit=BULK_PAGE))
+                if page is None:
+                    tally.failed = "the scheduler did not complete a page (see the message)"
+                    return
+                tally.changed += page.changed_total
+                tally.unchanged += page.unchanged_total
+                tally.changed_ids.extend(page.changed)
+                after = page.next_after
+                if after is None:
+                    return
+                if self._bulk_stop:
+                    tally.cancelled = True
+                    return
+                self.post_message(BulkProgress(tally, finished=False))
+        finally:
+            self.bulk_tally = None
+            self.last_bulk = tally
+            self.post_message(BulkProgress(tally, finished=True))
+
+    def on_bulk_progress(self, message: BulkProgress) -> None:
+        if message.finished:
+            self.refresh_bindings()
+            tally = message.tally
+            title = "Bulk action " + ("cancelled" if tally.cancelled else
+                                      "stopped" if tally.failed else "done")
+            self.notify(bulk_report(tally), title=title,
+                        severity="warning" if tally.cancelled or tally.failed else
+                        "information", timeout=30)
+        self.show_bulk(message.tally, finished=message.finished)
+
+    def show_bulk(self, tally: BulkTally, *, finished: bool) -> None:
+        """Show a bulk action's progress (the Schedules screen has a label for it)."""
 
     # ---------------------------------------------------------------- plumbing
 
@@ -201,6 +273,23 @@ def outcome_text(outcome: ActionOutcome) -> str:
         origin = f" (replay of {short_id(run.replay_of)})" if run.replay_of else ""
         return f"Run {short_id(run.run_id)} {outcome.verb} for {run.deployment_id}{origin}"
     if outcome.bulk is not None:
-        changed, unchanged = len(outcome.bulk.changed), len(outcome.bulk.unchanged)
+        changed, unchanged = outcome.bulk.changed_total, outcome.bulk.unchanged_total
         return f"{changed} Schedules {outcome.verb}, {unchanged} unchanged"
     return outcome.verb
+
+
+def bulk_progress(tally: BulkTally) -> str:
+    verb = "Holding" if tally.verb == "held" else "Releasing"
+    return f"{verb} {tally.filter!r}: {tally.done:,} of {tally.expected:,} · c to cancel"
+
+
+def bulk_report(tally: BulkTally) -> str:
+    """What a bulk action did, in full: the operator's record of it."""
+    text = (f"{tally.changed:,} Schedules {tally.verb}, {tally.unchanged:,} unchanged "
+            f"(matching {tally.filter!r})")
+    if tally.cancelled:
+        text += (f"; cancelled after {tally.done:,} of {tally.expected:,}: "
+                 "the others were not touched")
+    elif tally.failed:
+        text += f"; stopped after {tally.done:,} of {tally.expected:,}: {tally.failed}"
+    return text

@@ -6,7 +6,7 @@ forwards to screens do not bubble (they would come straight back to the app).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from textual.message import Message
 
@@ -35,10 +35,44 @@ class LinkRestored(Message, bubble=False):
     """The live feed is back after an outage: screens reload everything they show."""
 
 
-class SchedulesLoaded(Message):
-    def __init__(self, schedules: list[ScheduleView]) -> None:
+class SchedulesPage(Message):
+    """One page of the Schedule list; ``last``: the load is complete. ``load`` numbers the
+    load it belongs to (a page of a load already replaced is dropped)."""
+
+    def __init__(self, schedules: list[ScheduleView], *, load: int, first: bool,
+                 last: bool) -> None:
         super().__init__()
         self.schedules = schedules
+        self.load = load
+        self.first = first
+        self.last = last
+
+
+class BulkProgress(Message):
+    """A bulk action moved on by one page (or ended: ``finished``)."""
+
+    def __init__(self, tally: BulkTally, *, finished: bool) -> None:
+        super().__init__()
+        self.tally = tally
+        self.finished = finished
+
+
+@dataclass
+class BulkTally:
+    """What a paged bulk action did so far."""
+
+    verb: str
+    filter: str
+    expected: int
+    changed: int = 0
+    unchanged: int = 0
+    cancelled: bool = False
+    failed: str | None = None
+    changed_ids: list[str] = field(default_factory=list)
+
+    @property
+    def done(self) -> int:
+        return self.changed + self.unchanged
 
 
 class DetailLoaded(Message):

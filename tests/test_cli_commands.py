@@ -96,7 +96,8 @@ async def test_hold_release_single_and_bulk(cli: Cli) -> None:
     code, out, _ = await cli.run("hold", "--filter", "berlin", "--reason", "maintenance")
     assert code == 0 and "held: berlin-daily" in out
     bulk = await cli.json("release", "--filter", "Y", "--reason", "done")
-    assert bulk == {"changed": ["berlin-daily"], "unchanged": ["tokyo"]}
+    assert bulk == {"changed": ["berlin-daily"], "unchanged": ["tokyo"], "changed_count": 1,
+                    "unchanged_count": 1, "next_after": None, "truncated": False}
     # refusals: no reason (usage), empty filter, unknown deployment, both or neither target
     assert (await cli.run("hold", "tokyo"))[0] == 2
     code, _, err = await cli.run("hold", "--filter", " ", "--reason", "x")

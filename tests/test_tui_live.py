@@ -31,6 +31,7 @@ from admin_tui.widgets.keyed_table import KeyedTable
 from admin_tui.widgets.replica_table import ReplicaTable
 from admin_tui.widgets.run_table import RunTable
 from admin_tui.widgets.schedule_table import ScheduleTable
+from admin_tui.widgets.virtual_table import VirtualTable
 from nats_scheduler.admin.service import start_admin_service
 from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.provider import NatsSchedulerProvider
@@ -97,8 +98,10 @@ async def until(pilot: Pilot[None], check: Callable[[], object], timeout: float 
     assert check(), f"condition not met within {timeout} s"
 
 
-def cell(table: KeyedTable, key: str, column: str) -> str:
+def cell(table: KeyedTable | VirtualTable, key: str, column: str) -> str:
     """The plain text of one cell ('' if the row is not there)."""
+    if isinstance(table, VirtualTable):
+        return table.cell_text(key, column)
     if key not in table.row_keys():
         return ""
     index = [c.key.value for c in table.ordered_columns].index(column)

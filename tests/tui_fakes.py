@@ -159,6 +159,11 @@ class FakeBackend:
         self._ids = itertools.count(1)
         self._last_stamp = NOW
         self.unavailable = False
+        self.page_size = 1000
+        self.page_gate: asyncio.Event | None = None
+        """When set: the list's pages after the first wait for it (a slow load)."""
+        self.bulk_gate: asyncio.Event | None = None
+        """When set: every bulk page waits for it (a slow bulk action)."""
 
     # ------------------------------------------------------------------ helpers
 
@@ -245,6 +250,17 @@ class FakeBackend:
     async def list_schedules(self, filter: str | None = None) -> list[ScheduleView]:
         self._check("list_schedules", filter)
         return [self._view(s) for s in self._matching(filter or "")]
+
+    async def schedule_pages(self, filter: str | None = None
+                             ) -> AsyncIterator[list[ScheduleView]]:
+        """The list in pages of ``page_size`` (by deployment ID), like the service; each
+        page after the first waits for ``page_gate`` when one is set."""
+        self._check("schedule_pages", filter)
+        chosen = sorted(self._matching(filter or ""), key=lambda s: s.deployment_id)
+        for start in range(0, max(len(chosen), 1), self.page_size):
+            if start and self.page_gate is not None:
+                await self.page_gate.wait()
+            yield [self._view(s) for s in chosen[start:start + self.page_size]]
 
     async def get_schedule(self, deployment_id: str) -> ScheduleDetail:
         self._check("get_schedule", deployment_id)
@@ -354,21 +370,34 @@ class FakeBackend:
         self._set_hold(deployment_id, None, by, reason)
         return self._view(self.schedules[deployment_id])
 
-    async def _bulk(self, name: str, text: str, by: str, reason: str, hold: bool) -> BulkResult:
+    async def _bulk(self, name: str, text: str, by: str, reason: str, hold: bool,
+                    after: str | None, limit: int | None) -> BulkResult:
+        """Like the service: by deployment ID, after ``after``, ``limit`` at a time."""
         self._check(name, (text, by, reason))
         self._refuse_if_read_only()
+        if self.bulk_gate is not None:
+            await self.bulk_gate.wait()
         changed, unchanged = [], []
-        for s in self._matching(text):
+        chosen = sorted((s for s in self._matching(text)
+                         if after is None or s.deployment_id > after),
+                        key=lambda s: s.deployment_id)
+        page = chosen if limit is None else chosen[:limit]
+        for s in page:
             new_hold = Hold(by=by, reason=reason, at=self._stamp()) if hold else None
             done = self._set_hold(s.deployment_id, new_hold, by, reason)
             (changed if done else unchanged).append(s.deployment_id)
-        return BulkResult(changed=changed, unchanged=unchanged)
+        more = len(page) < len(chosen)
+        return BulkResult(changed=changed, unchanged=unchanged, changed_count=len(changed),
+                          unchanged_count=len(unchanged),
+                          next_after=page[-1].deployment_id if more else None)
 
-    async def hold_bulk(self, filter: str, *, by: str, reason: str) -> BulkResult:
-        return await self._bulk("hold_bulk", filter, by, reason, True)
+    async def hold_bulk(self, filter: str, *, by: str, reason: str,
+                        after: str | None = None, limit: int | None = None) -> BulkResult:
+        return await self._bulk("hold_bulk", filter, by, reason, True, after, limit)
 
-    async def release_bulk(self, filter: str, *, by: str, reason: str) -> BulkResult:
-        return await self._bulk("release_bulk", filter, by, reason, False)
+    async def release_bulk(self, filter: str, *, by: str, reason: str,
+                           after: str | None = None, limit: int | None = None) -> BulkResult:
+        return await self._bulk("release_bulk", filter, by, reason, False, after, limit)
 
     def _enqueue(self, dep: str, trigger: Trigger, by: str, reason: str | None,
                  replay_of: str | None = None) -> RunView:

@@ -1,47 +1,45 @@
-"""The Schedules screen: every Schedule, live, sortable and filterable; the home screen."""
+"""The Schedules screen: every Schedule, live, sortable and filterable; the home screen.
+
+Built for 100,000 Schedules: the Schedules live in a :class:`ScheduleModel` (filter and sort
+there, not on widget rows), the table draws only the rows on screen, the list loads page by
+page (the first screenful shows while the rest arrives, the label counts what is loaded) and
+live events are folded into the model without reloading the list.
+"""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import time
+from collections.abc import AsyncIterator
 from typing import ClassVar
 
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
-from textual.widgets import DataTable, Footer, Input, Label
+from textual.widgets import Footer, Input, Label
 
 from nats_scheduler.admin.api import ScheduleView
 from nats_scheduler.core import events as ev
-from nats_scheduler.core.events import ScheduleRecord
 
-from ..actions import OperatorActions
-from ..live import merge_schedule
-from ..messages import ActionOutcome, SchedulesLoaded
+from ..actions import OperatorActions, bulk_progress
+from ..messages import ActionOutcome, BulkTally, SchedulesPage
+from ..schedule_model import SORTS, ScheduleModel, needle_of
 from ..widgets.schedule_summary import ScheduleSummary
 from ..widgets.schedule_table import HealthFlags, ScheduleTable
 from ..widgets.top_bar import TopBar
+from ..widgets.virtual_table import VirtualTable
 from .schedule_detail import ScheduleDetailScreen
 
-_FAR = datetime.max.replace(tzinfo=UTC)
-_STATE_ORDER = {"held": 0, "enabled": 1, "disabled": 2, "deleted": 3}
-
-SORTS: dict[str, tuple[str, object]] = {
-    "name": ("name", lambda s: (s.name.lower(), s.deployment_id)),
-    "next": ("next due", lambda s: (s.next_due[0] if s.next_due and s.state == "enabled"
-                                    else _FAR, s.name.lower())),
-    "state": ("state", lambda s: (_STATE_ORDER.get(s.state, 9), s.name.lower())),
-    "failures": ("failures", lambda s: (-s.failures_24h, s.name.lower())),
-    "last": ("last run", lambda s: (-(s.last_run_at.timestamp() if s.last_run_at else 0),
-                                    s.name.lower())),
-}
+LOADING_REPAINT = 0.5
+"""While the list loads, the table is redrawn at most this often (seconds): each page only
+adds to the model, and the label counts it."""
 
 
 def matches(schedule: ScheduleView, text: str) -> bool:
     """The admin service's filter: a case-insensitive substring of the ID or the name."""
-    needle = text.strip().lower()
-    return not needle or needle in schedule.deployment_id.lower() or needle in \
-        schedule.name.lower()
+    needle = needle_of(text)
+    return not needle or needle in schedule.deployment_id.casefold() or needle in \
+        schedule.name.casefold()
 
 
 class SchedulesScreen(OperatorActions):
@@ -56,62 +54,115 @@ class SchedulesScreen(OperatorActions):
         Binding("H", "hold_bulk", "Hold filtered"),
         Binding("U", "release_bulk", "Release filtered"),
         Binding("r", "run_now", "Run now"),
+        Binding("c", "cancel_bulk", "Cancel bulk action"),
     ]
 
     def __init__(self) -> None:
         super().__init__(id="schedules-screen")
-        self.schedules: list[ScheduleView] = []
-        self._pushed: dict[str, ScheduleRecord] = {}
+        self.model = ScheduleModel()
         self.loaded = False
-        self.sort_key = "name"
-        self.sort_reverse = False
+        """The first page arrived (rows can be shown)."""
+        self.complete = False
+        """Every page of the latest load arrived."""
+        self._load_number = 0
+        self._seen: set[str] = set()
+        self._painted = 0.0
+
+    @property
+    def schedules(self) -> list[ScheduleView]:
+        """Every loaded Schedule (deleted ones included), in no particular order."""
+        return self.model.views()
+
+    @property
+    def sort_key(self) -> str:
+        return self.model.sort_key
+
+    @property
+    def sort_reverse(self) -> bool:
+        return self.model.sort_reverse
 
     def compose(self) -> ComposeResult:
         yield TopBar("Schedules", tab="schedules")
         with Horizontal(id="filter-bar"):
             yield Input(placeholder="/ filter by deployment ID or name", id="filter")
             yield Label("", id="sort-label")
+            yield Label("", id="bulk-label")
         yield ScheduleTable(id="schedules")
         yield ScheduleSummary(id="summary")
         yield Footer()
 
     def on_mount(self) -> None:
+        self.query_one("#bulk-label", Label).display = False
         self.watch(self.app, "health", lambda _h: self.repaint(), init=False)
 
     # ------------------------------------------------------------------ data
 
     def absorb(self, event: object) -> set[str | None]:
+        """Fold the event into the model now; a repaint follows (coalesced), no reload."""
         if isinstance(event, ev.ScheduleEvent):
-            self._pushed[event.schedule.deployment_id] = event.schedule
-            return {None}
+            self.model.schedule_record(event.schedule, self.console.clock.now())
+            return {"rows"}
         if isinstance(event, ev.RunEvent):
-            return {None}
+            self.model.run_record(event.run, failed=isinstance(event, ev.RunFailed))
+            return {"rows"}
         return set()
 
     def reload(self, dirty: set[str | None] | None) -> None:
+        if dirty is not None:
+            self.repaint()
+            return
         if self.loaded:
             self.repaint()
-        self._load()
+        self._load_number += 1
+        self._load(self._load_number)
+
+    def _pages(self) -> AsyncIterator[list[ScheduleView]]:
+        backend = self.console.backend
+        pages = getattr(backend, "schedule_pages", None)
+        if pages is not None:
+            return pages()  # type: ignore[no-any-return]
+        return _one_page(backend.list_schedules())
 
     @work(group="load", exclusive=True, exit_on_error=False)
-    async def _load(self) -> None:
-        schedules = await self.guarded("Loading Schedules", self.console.backend.list_schedules())
-        if schedules is not None:
-            self.post_message(SchedulesLoaded(schedules))
+    async def _load(self, number: int) -> None:
+        first = True
+        pages = self._pages()
+        try:
+            while True:
+                page = await self.guarded("Loading Schedules", _next(pages))
+                if page is None:
+                    return
+                views, last = page
+                self.post_message(SchedulesPage(views, load=number, first=first, last=last))
+                first = False
+                if last:
+                    return
+        finally:
+            await pages.aclose()  # type: ignore[attr-defined]
 
-    def on_schedules_loaded(self, message: SchedulesLoaded) -> None:
-        self.schedules = message.schedules
+    def on_schedules_page(self, message: SchedulesPage) -> None:
+        if message.load != self._load_number:
+            return
+        if message.first:
+            self._seen = set()
+            self.complete = False
+        self._seen.update(v.deployment_id for v in message.schedules)
+        self.model.load(message.schedules)
+        if message.last:
+            self.model.retain(self._seen)
+            self._seen = set()
+            self.complete = True
+        first_rows = not self.loaded
         self.loaded = True
-        self.repaint()
+        if first_rows or message.last or time.monotonic() - self._painted > LOADING_REPAINT:
+            self.repaint()
+        else:
+            self._label()
 
     def show_outcome(self, outcome: ActionOutcome) -> None:
         if outcome.schedule is not None:
-            new = outcome.schedule
-            self.schedules = [new if s.deployment_id == new.deployment_id else s
-                              for s in self.schedules]
+            self.model.put(outcome.schedule)
             self.repaint()
-        elif outcome.bulk is not None:
-            self.reload(None)
 
     # ------------------------------------------------------------------ rendering
 
@@ -120,26 +171,33 @@ class SchedulesScreen(OperatorActions):
         return self.query_one("#filter", Input).value.strip()
 
     def visible(self) -> list[ScheduleView]:
-        _, key = SORTS[self.sort_key]
-        merged = [merge_schedule(s, self._pushed.get(s.deployment_id)) for s in self.schedules]
-        shown = [s for s in merged if matches(s, self.filter_text) and s.state != "deleted"]
-        return sorted(shown, key=key, reverse=self.sort_reverse)  # type: ignore[arg-type]
+        """The rows shown, in order (every one of them: for tests and bulk previews)."""
+        return self.model.matching(self.filter_text)
 
     def repaint(self) -> None:
         now = self.console.clock.now()
         flags = HealthFlags.of(self.console.health)
-        visible = self.visible()
-        table = self.query_one(ScheduleTable)
-        table.show(visible, flags, now)
-        label, _ = SORTS[self.sort_key]
-        arrow = "▼" if self.sort_reverse else "▲"
-        count = f"{len(visible)} of {len(self.schedules)}" if self.filter_text else \
-            f"{len(self.schedules)}"
-        self.query_one("#sort-label", Label).update(
-            f"{count} Schedules · sort: {label} {arrow}" if self.loaded else "loading…")
+        rows = self.model.rows(self.filter_text)
+        self.query_one(ScheduleTable).show(self.model, rows, flags, now)
+        self._label(len(rows))
         self.query_one(ScheduleSummary).show(self.selected_schedule(), flags, now)
+        self._painted = time.monotonic()
 
-    def on_data_table_row_highlighted(self, _event: DataTable.RowHighlighted) -> None:
+    def _label(self, shown: int | None = None) -> None:
+        label = self.query_one("#sort-label", Label)
+        if not self.loaded:
+            label.update("loading…")
+            return
+        if shown is None:
+            shown = self.query_one(ScheduleTable).row_count
+        total = self.model.live_count
+        sort, _ = SORTS[self.sort_key]
+        arrow = "▼" if self.sort_reverse else "▲"
+        count = f"{shown:,} of {total:,}" if self.filter_text else f"{total:,}"
+        more = "" if self.complete else f" (loading… {len(self.model):,} loaded)"
+        label.update(f"{count} Schedules{more} · sort: {sort} {arrow}")
+
+    def on_virtual_table_cursor_moved(self, _event: VirtualTable.CursorMoved) -> None:
         self.query_one(ScheduleSummary).show(
             self.selected_schedule(), HealthFlags.of(self.console.health),
             self.console.clock.now())
@@ -151,12 +209,20 @@ class SchedulesScreen(OperatorActions):
     # ------------------------------------------------------------------ actions
 
     def selected_schedule(self) -> ScheduleView | None:
-        key = self.query_one(ScheduleTable).selected_key
-        found = next((s for s in self.schedules if s.deployment_id == key), None)
-        return None if found is None else merge_schedule(found, self._pushed.get(key or ""))
+        return self.model.get(self.query_one(ScheduleTable).selected_key)
 
     def bulk_filter(self) -> str:
         return self.filter_text
+
+    def bulk_matching(self, text: str) -> list[ScheduleView] | None:
+        """Every loaded Schedule matching ``text`` once the list is complete (else None:
+        ask the backend)."""
+        return self.model.matching(text) if self.complete else None
+
+    def show_bulk(self, tally: BulkTally, *, finished: bool) -> None:
+        label = self.query_one("#bulk-label", Label)
+        label.display = not finished
+        label.update(bulk_progress(tally))
 
     def action_open(self) -> None:
         table = self.query_one(ScheduleTable)
@@ -179,7 +245,20 @@ class SchedulesScreen(OperatorActions):
         """Cycle the sort column; a second full cycle flips the order."""
         keys = list(SORTS)
         index = keys.index(self.sort_key) + 1
-        if index == len(keys):
-            self.sort_reverse = not self.sort_reverse
-        self.sort_key = keys[index % len(keys)]
+        reverse = not self.sort_reverse if index == len(keys) else self.sort_reverse
+        self.model.set_sort(keys[index % len(keys)], reverse)
         self.repaint()
+
+
+async def _one_page(call: object) -> AsyncIterator[list[ScheduleView]]:
+    """A backend without pages: its whole list as one page."""
+    yield await call  # type: ignore[misc]
+
+
+async def _next(pages: AsyncIterator[list[ScheduleView]]) -> tuple[list[ScheduleView], bool]:
+    """The next page and whether it is the last (one page read ahead would cost a round
+    trip before the first rows; instead the end is the iterator's end, an empty page)."""
+    try:
+        return await anext(pages), False
+    except StopAsyncIteration:
+        return [], True

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -11,7 +10,8 @@ from rich.text import Text
 from nats_scheduler.admin.api import Health, ScheduleView
 
 from ..formatting import DASH, compact, styled, zone_short
-from .keyed_table import Cell, KeyedTable
+from ..schedule_model import ScheduleModel, age_out
+from .virtual_table import VirtualTable
 
 COLUMNS = (
     ("name", "Name", 16),
@@ -62,12 +62,13 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def schedule_cells(s: ScheduleView, flags: HealthFlags, now: datetime) -> list[Cell]:
+def schedule_cells(s: ScheduleView, flags: HealthFlags, now: datetime) -> list[Text]:
     """The cells of one row; pure, so the 1 s repaint only changes what changed."""
     warn = s.deployment_id in flags.silent or s.deployment_id in flags.stuck
     name = Text(("⚠ " if warn else "") + _clip(s.name, 14 if warn else 16),
                 style="bold red" if warn else "bold")
-    due = s.next_due[0] if s.next_due and s.state == "enabled" else None
+    upcoming = age_out(s, now)
+    due = upcoming[0] if upcoming and s.state == "enabled" else None
     last = styled(s.last_run_state.value if s.last_run_state else None)
     if s.last_run_at is not None:
         last.append(" " + compact(s.last_run_at, now).replace(" ago", ""), style="dim")
@@ -85,11 +86,23 @@ def schedule_cells(s: ScheduleView, flags: HealthFlags, now: datetime) -> list[C
     ]
 
 
-class ScheduleTable(KeyedTable):
-    """Rows keyed by deployment ID."""
+class ScheduleTable(VirtualTable):
+    """Rows keyed by deployment ID, drawn from the model: only visible rows build cells."""
 
     def __init__(self, **kwargs: object) -> None:
-        super().__init__(COLUMNS, **kwargs)
+        super().__init__(COLUMNS, self._cells, **kwargs)
+        self._model: ScheduleModel | None = None
+        self._flags = HealthFlags()
+        self._now: datetime | None = None
 
-    def show(self, schedules: Sequence[ScheduleView], flags: HealthFlags, now: datetime) -> None:
-        self.set_rows([(s.deployment_id, schedule_cells(s, flags, now)) for s in schedules])
+    def show(self, model: ScheduleModel, rows: list[str], flags: HealthFlags,
+             now: datetime) -> None:
+        """Show ``rows`` (IDs in ``model``) as of ``now``; cells are built when drawn."""
+        self._model, self._flags, self._now = model, flags, now
+        self.set_rows(rows)
+
+    def _cells(self, key: str) -> list[Text]:
+        view = self._model.get(key) if self._model is not None else None
+        if view is None or self._now is None:
+            return [Text("")] * len(COLUMNS)
+        return schedule_cells(view, self._flags, self._now)

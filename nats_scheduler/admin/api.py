@@ -100,8 +100,29 @@ class RunList(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class BulkResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What a bulk hold/release did: one page of it when the request named a ``limit``.
+
+    ``changed_count``/``unchanged_count`` count what this answer covers; the lists name the
+    deployments, in deployment-ID order. ``next_after``: more Schedules match; ask again
+    with ``after`` set to it. A request without ``limit`` (a client older than pages) is
+    done whole; its lists stop where the answer would no longer fit in one message
+    (``truncated``), the counts still count everything.
+    """
+
     changed: list[str]
     unchanged: list[str]
+    changed_count: int | None = None  # None from a service older than the field
+    unchanged_count: int | None = None
+    next_after: str | None = None
+    truncated: bool = False
+
+    @property
+    def changed_total(self) -> int:
+        return len(self.changed) if self.changed_count is None else self.changed_count
+
+    @property
+    def unchanged_total(self) -> int:
+        return len(self.unchanged) if self.unchanged_count is None else self.unchanged_count
 
 
 class LatenessSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -253,6 +274,11 @@ class BulkAction(msgspec.Struct, frozen=True, kw_only=True):
     filter: str
     by: str
     reason: str
+    after: str | None = None
+    """Act only on the matching Schedules after this deployment ID (BulkResult.next_after)."""
+    limit: int | None = None
+    """Act on at most this many (1..1000) and answer with ``next_after`` when more match;
+    None: all of them in one answer (how clients older than pages ask)."""
 
 
 class RunListRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -288,7 +314,10 @@ class AdminBackend(Protocol):
     Every method raises :class:`AdminError` on failure. ``events`` yields decoded events
     (``nats_scheduler.core.events``) as they are appended, newest last, optionally filtered.
     ``can_act`` says whether the connected user may request actions (the auditor may not),
-    with a reason when not.
+    with a reason when not. ``schedule_pages`` yields the Schedule list page by page (each
+    page as it arrives: the console shows the first while the rest loads). ``hold_bulk`` and
+    ``release_bulk`` with ``limit`` act on one page (``BulkResult.next_after`` continues it);
+    without, on every matching Schedule.
     """
 
     async def list_schedules(self, filter: str | None = None) -> list[ScheduleView]: ...
@@ -298,8 +327,13 @@ class AdminBackend(Protocol):
     async def get_run(self, run_id: str) -> RunView: ...
     async def hold(self, deployment_id: str, *, by: str, reason: str) -> ScheduleView: ...
     async def release(self, deployment_id: str, *, by: str, reason: str) -> ScheduleView: ...
-    async def hold_bulk(self, filter: str, *, by: str, reason: str) -> BulkResult: ...
-    async def release_bulk(self, filter: str, *, by: str, reason: str) -> BulkResult: ...
+    async def hold_bulk(self, filter: str, *, by: str, reason: str,
+                        after: str | None = None, limit: int | None = None) -> BulkResult: ...
+    async def release_bulk(self, filter: str, *, by: str, reason: str,
+                           after: str | None = None, limit: int | None = None
+                           ) -> BulkResult: ...
+    def schedule_pages(self, filter: str | None = None
+                       ) -> AsyncIterator[list[ScheduleView]]: ...
     async def run_now(self, deployment_id: str, *, by: str,
                       reason: str | None = None) -> RunView: ...
     async def replay(self, run_id: str, *, by: str, reason: str | None = None) -> RunView: ...

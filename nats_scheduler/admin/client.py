@@ -41,6 +41,10 @@ A = TypeVar("A")
 CLOSE_SECONDS = 2.0
 """How long closing an event feed may wait for the server before it lets go."""
 
+BULK_PAGE = 200
+"""Schedules per page of a bulk action: each page answers well within the request timeout,
+and stopping between two pages leaves at most one page done after the operator stopped."""
+
 _encoder = msgspec.json.Encoder()
 
 
@@ -134,19 +138,27 @@ class AdminClient:
     async def list_schedules(self, filter: str | None = None, *,
                              include_deleted: bool = False) -> list[api.ScheduleView]:
         views: list[api.ScheduleView] = []
+        async for page in self.schedule_pages(filter, include_deleted=include_deleted):
+            views.extend(page)
+        return views
+
+    async def schedule_pages(self, filter: str | None = None, *,
+                             include_deleted: bool = False
+                             ) -> AsyncIterator[list[api.ScheduleView]]:
+        """The Schedule list page by page, as the service answers it (each page fits in one
+        message); from the store, when no service answers, in one piece."""
         after: str | None = None
-        while True:  # the service answers in pages that each fit in one message
+        while True:
             request = api.ScheduleListRequest(filter=filter, include_deleted=include_deleted,
                                               after=after)
             listed = await self._read(
                 "schedules.list", request, api.ScheduleList,
                 lambda: _wrap_list(self.reader.list_schedules(
                     filter, include_deleted=include_deleted)))
-            if self.last_source == "store":
-                return listed.schedules  # read whole from the store (no service answered)
-            views.extend(listed.schedules)
-            if listed.next_after is None:
-                return views
+            source = self.last_source  # read before yielding: other calls may set it
+            yield listed.schedules
+            if source == "store" or listed.next_after is None:
+                return  # the store answers whole (no service answered)
             after = listed.next_after
 
     async def get_schedule(self, deployment_id: str) -> api.ScheduleDetail:
@@ -161,13 +173,41 @@ class AdminClient:
         return await self._act("schedules.release", api.OperatorAction(
             deployment_id=deployment_id, by=by, reason=reason), api.ScheduleView)
 
-    async def hold_bulk(self, filter: str, *, by: str, reason: str) -> api.BulkResult:
-        return await self._act("schedules.hold_bulk",
-                               api.BulkAction(filter=filter, by=by, reason=reason), api.BulkResult)
+    async def hold_bulk(self, filter: str, *, by: str, reason: str,
+                        after: str | None = None, limit: int | None = None
+                        ) -> api.BulkResult:
+        """Hold every Schedule matching ``filter``; with ``after``/``limit``, one page."""
+        return await self._bulk("schedules.hold_bulk", filter, by, reason, after, limit)
 
-    async def release_bulk(self, filter: str, *, by: str, reason: str) -> api.BulkResult:
-        return await self._act("schedules.release_bulk",
-                               api.BulkAction(filter=filter, by=by, reason=reason), api.BulkResult)
+    async def release_bulk(self, filter: str, *, by: str, reason: str,
+                           after: str | None = None, limit: int | None = None
+                           ) -> api.BulkResult:
+        """Release every Schedule matching ``filter``; with ``after``/``limit``, one page."""
+        return await self._bulk("schedules.release_bulk", filter, by, reason, after, limit)
+
+    async def bulk_pages(self, filter: str, *, hold: bool, by: str, reason: str,
+                         limit: int = BULK_PAGE) -> AsyncIterator[api.BulkResult]:
+        """A bulk hold/release page by page (stop iterating to stop between two pages)."""
+        endpoint = "schedules.hold_bulk" if hold else "schedules.release_bulk"
+        after: str | None = None
+        while True:
+            page = await self._act(endpoint, api.BulkAction(
+                filter=filter, by=by, reason=reason, after=after, limit=limit),
+                api.BulkResult)
+            yield page
+            if page.next_after is None:
+                return
+            after = page.next_after
+
+    async def _bulk(self, endpoint: str, filter: str, by: str, reason: str,
+                    after: str | None, limit: int | None) -> api.BulkResult:
+        if after is not None or limit is not None:
+            return await self._act(endpoint, api.BulkAction(
+                filter=filter, by=by, reason=reason, after=after, limit=limit),
+                api.BulkResult)
+        pages = [page async for page in self.bulk_pages(
+            filter, hold=endpoint.endswith("hold_bulk"), by=by, reason=reason)]
+        return merge_bulk(pages)
 
     # ------------------------------------------------------------------ Runs
 
@@ -249,6 +289,16 @@ class AdminClient:
             return await feed.start(history, wait=False)
         finally:
             await feed.close()
+
+
+def merge_bulk(pages: list[api.BulkResult]) -> api.BulkResult:
+    """The pages of one bulk action as one answer (the lists joined, the counts summed)."""
+    return api.BulkResult(
+        changed=[dep for page in pages for dep in page.changed],
+        unchanged=[dep for page in pages for dep in page.unchanged],
+        changed_count=sum(page.changed_total for page in pages),
+        unchanged_count=sum(page.unchanged_total for page in pages),
+        truncated=any(page.truncated for page in pages))
 
 
 async def _wrap_list(views: Awaitable[list[api.ScheduleView]]) -> api.ScheduleList:

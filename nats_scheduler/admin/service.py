@@ -81,12 +81,12 @@ from .bounded import (
 from .health import HealthPolicy, build_health
 from .reader import REPLICA_STATUS_ENDPOINT, StoreReader, lease_expiries
 from .views import (
+    matches,
     probe_limit,
     run_list,
     schedule_detail,
     schedule_page,
     schedule_view,
-    schedule_views,
 )
 
 if TYPE_CHECKING:
@@ -298,21 +298,51 @@ class AdminService:
         return self._view(record)
 
     async def _bulk(self, req: BulkAction, held: bool) -> BulkResult:
+        """Hold or release the matching Schedules in deployment-ID order, after ``after``.
+
+        With ``limit``: at most that many, and no more than half the server's largest
+        message of IDs, then ``next_after`` says where the next page starts (the cursor
+        walks the filter, which an action does not change). Without: all of them, the ID
+        lists cut where they would no longer fit, the counts complete (``truncated``).
+        """
         text = _required(req.filter, "a bulk action's filter")
         by, reason = _required(req.by, "by"), _required(req.reason, "reason")
+        if req.limit is not None:
+            check_bulk_limit(req.limit)
         change = self.provider.hold if held else self.provider.release
-        changed, unchanged = [], []
-        for view in schedule_views(self.provider.schedules.all(), self.provider.ledger,
-                                   self._clock_now, filter=text):
-            if (view.hold is not None) == held:
-                unchanged.append(view.deployment_id)
+        budget = max(PAGE_BYTES_MIN, self.provider.store.max_payload // 2)
+        chosen = sorted(
+            (r for r in self.provider.schedules.all()
+             if not r.deleted and (req.after is None or r.deployment_id > req.after)
+             and matches(r, text)),
+            key=lambda r: r.deployment_id)
+        changed: list[str] = []
+        unchanged: list[str] = []
+        counts = [0, 0]  # changed, unchanged
+        size, truncated, next_after = 0, False, None
+        for index, record in enumerate(chosen):
+            dep = record.deployment_id
+            cost = len(_encoder.encode(dep)) + 1
+            if req.limit is not None and index and (index >= req.limit
+                                                    or size + cost > budget):
+                next_after = chosen[index - 1].deployment_id
+                break
+            done = False
+            if (record.hold is not None) != held:
+                after = await change(dep, by=by, reason=reason)
+                done = (after.hold is not None) == held
+            counts[0 if done else 1] += 1
+            if size + cost > budget:
+                truncated = True
                 continue
-            record = await change(view.deployment_id, by=by, reason=reason)
-            (changed if (record.hold is not None) == held else unchanged).append(
-                view.deployment_id)
-        log.info("%s %s %d schedules matching %r: %s", by, "held" if held else "released",
-                 len(changed), text, reason)
-        return BulkResult(changed=changed, unchanged=unchanged)
+            size += cost
+            (changed if done else unchanged).append(dep)
+        log.info("%s %s %d schedules matching %r (%d unchanged%s): %s", by,
+                 "held" if held else "released", counts[0], text, counts[1],
+                 ", more follow" if next_after else "", reason)
+        return BulkResult(changed=changed, unchanged=unchanged, changed_count=counts[0],
+                          unchanged_count=counts[1], next_after=next_after,
+                          truncated=truncated)
 
     async def hold_bulk(self, req: BulkAction) -> BulkResult:
         return await self._bulk(req, held=True)
@@ -392,6 +422,16 @@ class AdminService:
                    for f in (running.followers if running else []) if f.poisoned]
         return bounded_health(msgspec.structs.replace(health, skipped_events=skipped),
                               self._budget())
+
+
+MAX_BULK_PAGE = 1000
+"""The most Schedules one page of a bulk action may change (a page answers in seconds)."""
+
+
+def check_bulk_limit(limit: int) -> None:
+    if isinstance(limit, bool) or not 1 <= limit <= MAX_BULK_PAGE:
+        raise AdminError(ErrorCode.INVALID_REQUEST,
+                         f"a bulk page's limit must be between 1 and {MAX_BULK_PAGE}")
 
 
 def _reason(value: str | None) -> str | None:

@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from ..admin.api import BulkResult, ScheduleDetail, ScheduleView
+from ..admin.client import AdminClient, merge_bulk
 from . import common
 
 
@@ -76,8 +77,25 @@ async def _schedules(args: argparse.Namespace) -> int:
 def _bulk_text(result: BulkResult, hold: bool) -> str:
     changed = ", ".join(result.changed) or "none"
     unchanged = ", ".join(result.unchanged) or "none"
+    more = " (the lists are cut short: the answer could not name them all)" \
+        if result.truncated else ""
     return (f"{'held' if hold else 'released'}: {changed}\n"
-            f"unchanged ({'already held' if hold else 'not held'}): {unchanged}")
+            f"unchanged ({'already held' if hold else 'not held'}): {unchanged}\n"
+            f"{result.changed_total} {'held' if hold else 'released'}, "
+            f"{result.unchanged_total} unchanged{more}")
+
+
+async def _bulk(client: AdminClient, args: argparse.Namespace, hold: bool, by: str
+                ) -> BulkResult:
+    """Follow the bulk action's pages; on a terminal, say how far it got after each page."""
+    pages: list[BulkResult] = []
+    done = 0
+    async for page in client.bulk_pages(args.filter, hold=hold, by=by, reason=args.reason):
+        pages.append(page)
+        done += page.changed_total + page.unchanged_total
+        if page.next_after is not None and sys.stderr.isatty():
+            print(f"… {done} Schedules so far", file=sys.stderr, flush=True)
+    return merge_bulk(pages)
 
 
 async def _hold_or_release(args: argparse.Namespace, hold: bool) -> int:
@@ -87,8 +105,7 @@ async def _hold_or_release(args: argparse.Namespace, hold: bool) -> int:
     by = args.by or common.default_actor()
     async with common.admin_client(args) as client:
         if args.filter:
-            action = client.hold_bulk if hold else client.release_bulk
-            result = await action(args.filter, by=by, reason=args.reason)
+            result = await _bulk(client, args, hold, by)
             if args.json:
                 common.print_json(result)
             else:
