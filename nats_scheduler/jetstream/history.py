@@ -322,7 +322,11 @@ class RunHistory:
             return True
         if record.created_at < now - self.retention_age:
             return False
-        first = await self._first(record.deployment_id)
+        return await self.retained_after(record, await self._first(record.deployment_id))
+
+    async def retained_after(self, record: RunRecord, first: _Stored | None) -> bool:
+        """:meth:`retained` for a finished Run within the age limit, given the deployment's
+        oldest index entry ``first`` (a caller that read it already saves the read)."""
         if first is None or record.created_at < first.entry.created_at - SLACK:
             return False
         if record.index_seq is not None:

@@ -29,7 +29,7 @@ import msgspec
 from ..core import validation
 from ..core.events import RunRecord, decode_run_event
 from .direct import Answer, Request, reader_of
-from .history import SLACK, SPARE, IndexEntry, RunHistory, _index_entry, _Stored
+from .history import SPARE, IndexEntry, RunHistory, _index_entry, _Stored
 from .store import DIRECT_GET_TIMEOUT, Store
 
 MAX_WINDOW = 1000
@@ -117,14 +117,7 @@ class HistoryPages:
             return True
         if record.created_at < now - self._history.retention_age:
             return False
-        if first is None or record.created_at < first.entry.created_at - SLACK:
-            return False
-        if record.index_seq is not None:
-            return record.index_seq >= first.seq
-        event = await self._store.next(
-            self._names.run_subject(record.deployment_id, record.run_id))
-        return (event is not None and event.stored_at is not None
-                and event.stored_at >= first.stored_at)
+        return await self._history.retained_after(record, first)
 
     async def _page(
         self, deployment_id: str, limit: int, cursor: RunRecord | None,
