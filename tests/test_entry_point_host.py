@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,14 +21,11 @@ import anyio
 import nats.errors
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Input
 
 from admin_tui.app import AstraboxConsole
-from admin_tui.dialogs.confirm import ConfirmDialog
 from admin_tui.launch import ConnectionLink
 from admin_tui.screens.schedule_detail import ScheduleDetailScreen
 from admin_tui.screens.schedules import SchedulesScreen
-from admin_tui.widgets.keyed_table import KeyedTable
 from admin_tui.widgets.run_table import RunTable
 from admin_tui.widgets.schedule_table import ScheduleTable
 from nats_scheduler.admin.client import event_type as event_tag
@@ -40,6 +37,7 @@ from nats_scheduler.names import Names
 from nats_scheduler.seam import RunPayload, RunState, Schedule, Trigger
 from nats_scheduler.settings import NatsSettings
 from nats_scheduler.testing.handler import RecordingRunHandler
+from tests.console_helpers import cell, confirm, until
 from tests.harness.servers import connect_fast, unique_prefix
 from tests.providers import SqliteBackend
 
@@ -218,29 +216,12 @@ async def test_start_admin_service_replaces_the_providers_own(
 # ----------------------------------------------------------------------------- console
 
 SIZE = (120, 36)
-WAIT = 15.0
 
 
-async def until(pilot: Pilot[None], check: Callable[[], object], timeout: float = WAIT) -> None:
-    for _ in range(int(timeout / 0.05)):
-        if check():
-            return
-        await pilot.pause(0.05)
-    assert check(), f"condition not met within {timeout} s"
 
 
-def cell(table: KeyedTable, key: str, column: str) -> str:
-    if key not in table.row_keys():
-        return ""
-    index = [c.key.value for c in table.ordered_columns].index(column)
-    return str(table.get_row(key)[index])
 
 
-async def confirm(pilot: Pilot[None], reason: str) -> None:
-    await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmDialog))
-    pilot.app.screen.query_one("#reason", Input).value = reason
-    await pilot.press("enter")
-    await until(pilot, lambda: not isinstance(pilot.app.screen, ConfirmDialog))
 
 
 async def test_console_actions_are_served_by_the_provider_alone(

@@ -8,7 +8,7 @@ views (pushed by the live feed) and in the provider's own state.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,16 +27,15 @@ from admin_tui.screens.events import EventsScreen
 from admin_tui.screens.schedule_detail import ScheduleDetailScreen
 from admin_tui.screens.schedules import SchedulesScreen
 from admin_tui.widgets.event_table import EventTable
-from admin_tui.widgets.keyed_table import KeyedTable
 from admin_tui.widgets.replica_table import ReplicaTable
 from admin_tui.widgets.run_table import RunTable
 from admin_tui.widgets.schedule_table import ScheduleTable
-from admin_tui.widgets.virtual_table import VirtualTable
 from nats_scheduler.admin.service import start_admin_service
 from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.provider import NatsSchedulerProvider
 from nats_scheduler.seam import EnqueueRequest, RunPayload, RunState, Schedule, Trigger
 from nats_scheduler.testing.handler import RecordingRunHandler
+from tests.console_helpers import cell, confirm, until
 from tests.harness.servers import unique_prefix
 from tests.providers import running, settings
 from tests.security_support import PASSWORDS, prod_server
@@ -44,7 +43,6 @@ from tests.security_support import PASSWORDS, prod_server
 pytestmark = pytest.mark.anyio
 
 SIZE = (120, 36)
-WAIT = 15.0
 """Upper bound of every wait (seconds); the views normally follow in well under a second."""
 
 
@@ -89,32 +87,10 @@ async def console(
             await service.stop()
 
 
-async def until(pilot: Pilot[None], check: Callable[[], object], timeout: float = WAIT) -> None:
-    """Let the console run until ``check()`` holds; fail after ``timeout`` seconds."""
-    for _ in range(int(timeout / 0.05)):
-        if check():
-            return
-        await pilot.pause(0.05)
-    assert check(), f"condition not met within {timeout} s"
 
 
-def cell(table: KeyedTable | VirtualTable, key: str, column: str) -> str:
-    """The plain text of one cell ('' if the row is not there)."""
-    if isinstance(table, VirtualTable):
-        return table.cell_text(key, column)
-    if key not in table.row_keys():
-        return ""
-    index = [c.key.value for c in table.ordered_columns].index(column)
-    return str(table.get_row(key)[index])
 
 
-async def confirm(pilot: Pilot[None], reason: str | None = None) -> None:
-    """Fill in the open confirmation dialog's reason and confirm with Enter."""
-    await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmDialog))
-    if reason is not None:
-        pilot.app.screen.query_one("#reason", Input).value = reason
-    await pilot.press("enter")
-    await until(pilot, lambda: not isinstance(pilot.app.screen, ConfirmDialog))
 
 
 def select(pilot: Pilot[None], key: str) -> None:
