@@ -82,6 +82,8 @@ class ScheduleModel:
         self._deleted: set[str] = set()
         self.sort_key = "name"
         self.sort_reverse = False
+        self._order_hay: list[str] | None = None
+        """The filter text of each ID of ``_order``, in that order (a filter's one pass)."""
         self._rows: tuple[str, list[str]] | None = None
         """The last answer of :meth:`rows`: (needle, IDs), valid until the order changes."""
 
@@ -105,19 +107,31 @@ class ScheduleModel:
         return list(self._views.values())
 
     def rows(self, text: str = "") -> list[str]:
-        """IDs of the non-deleted Schedules matching ``text``, in the current sort order."""
+        """IDs of the non-deleted Schedules matching ``text``, in the current sort order.
+
+        Typing narrows a filter: when the new text contains the last one, only the last
+        answer's rows are searched again.
+        """
         needle = needle_of(text)
         self._sort()
-        if self._rows is not None and self._rows[0] == needle:
-            return self._rows[1]
-        views, hay = self._views, self._hay
-        if needle:
-            shown = [d for d in self._order
-                     if needle in hay[d] and views[d].state != "deleted"]
+        cached = self._rows
+        if cached is not None and cached[0] == needle:
+            return cached[1]
+        if cached is not None and cached[0] and cached[0] in needle:
+            hay = self._hay
+            shown = [d for d in cached[1] if needle in hay[d]]
         else:
-            shown = [d for d in self._order if views[d].state != "deleted"]
-        if self.sort_reverse:
-            shown.reverse()
+            if self._order_hay is None:
+                self._order_hay = [self._hay[d] for d in self._order]
+            if needle:
+                shown = [d for d, h in zip(self._order, self._order_hay, strict=True)
+                         if needle in h]
+            else:
+                shown = list(self._order)
+            if self._deleted:
+                shown = [d for d in shown if d not in self._deleted]
+            if self.sort_reverse:
+                shown.reverse()
         self._rows = (needle, shown)
         return shown
 
@@ -131,7 +145,7 @@ class ScheduleModel:
         if (key, reverse) == (self.sort_key, self.sort_reverse):
             return
         if key != self.sort_key:
-            self._keys.clear()
+            self._keys.clear()  # every key is recomputed for the new sort
             self._stale = set(self._views)
             self._resort = True
         self.sort_key, self.sort_reverse = key, reverse
@@ -154,7 +168,7 @@ class ScheduleModel:
             self._deleted.discard(dep)
         if gone:
             self._order = [d for d in self._order if d in wanted]
-            self._rows = None
+            self._rows = self._order_hay = None
 
     def put(self, view: ScheduleView) -> None:
         """An action's answer: shown as is (it is the newest word on this Schedule)."""
@@ -197,13 +211,14 @@ class ScheduleModel:
             self._deleted.discard(dep)
         if old is None:
             self._order.append(dep)
+            self._order_hay = None
             self._hay[dep] = _haystack(view)
             self._stale.add(dep)
             self._resort = True
             return
         if old.name != view.name:
             self._hay[dep] = _haystack(view)
-            self._rows = None
+            self._rows = self._order_hay = None
         if old.state != view.state and "deleted" in (old.state, view.state):
             self._rows = None
         self._stale.add(dep)
@@ -224,7 +239,7 @@ class ScheduleModel:
         if self._resort:
             self._order.sort(key=self._keys.__getitem__)
             self._resort = False
-            self._rows = None
+            self._rows = self._order_hay = None
 
 
 def age_out(view: ScheduleView, now: datetime) -> list[datetime]:

@@ -162,8 +162,9 @@ class FakeBackend:
         self.page_size = 1000
         self.page_gate: asyncio.Event | None = None
         """When set: the list's pages after the first wait for it (a slow load)."""
-        self.bulk_gate: asyncio.Event | None = None
-        """When set: every bulk page waits for it (a slow bulk action)."""
+        self.bulk_permits: asyncio.Semaphore | None = None
+        """When set: every bulk page takes one permit first (a bulk action paced by the
+        test, page by page)."""
 
     # ------------------------------------------------------------------ helpers
 
@@ -375,8 +376,8 @@ class FakeBackend:
         """Like the service: by deployment ID, after ``after``, ``limit`` at a time."""
         self._check(name, (text, by, reason))
         self._refuse_if_read_only()
-        if self.bulk_gate is not None:
-            await self.bulk_gate.wait()
+        if self.bulk_permits is not None:
+            await self.bulk_permits.acquire()
         changed, unchanged = [], []
         chosen = sorted((s for s in self._matching(text)
                          if after is None or s.deployment_id > after),

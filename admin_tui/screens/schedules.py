@@ -67,6 +67,8 @@ class SchedulesScreen(OperatorActions):
         self._load_number = 0
         self._seen: set[str] = set()
         self._painted = 0.0
+        self.first_rows_after: int | None = None
+        """How many Schedules were loaded when the table first showed rows."""
 
     @property
     def schedules(self) -> list[ScheduleView]:
@@ -178,6 +180,8 @@ class SchedulesScreen(OperatorActions):
         now = self.console.clock.now()
         flags = HealthFlags.of(self.console.health)
         rows = self.model.rows(self.filter_text)
+        if rows and self.first_rows_after is None:
+            self.first_rows_after = len(self.model)
         self.query_one(ScheduleTable).show(self.model, rows, flags, now)
         self._label(len(rows))
         self.query_one(ScheduleSummary).show(self.selected_schedule(), flags, now)

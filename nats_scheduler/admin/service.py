@@ -310,7 +310,8 @@ class AdminService:
         if req.limit is not None:
             check_bulk_limit(req.limit)
         change = self.provider.hold if held else self.provider.release
-        budget = max(PAGE_BYTES_MIN, self.provider.store.max_payload // 2)
+        largest = self.provider.store.max_payload
+        budget = largest // 2 if largest else PAGE_BYTES_MIN
         chosen = sorted(
             (r for r in self.provider.schedules.all()
              if not r.deleted and (req.after is None or r.deployment_id > req.after)

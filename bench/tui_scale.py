@@ -1,0 +1,401 @@
+"""The console with many Schedules: first rows, filter latency, quit, idle CPU and memory.
+
+    .venv/bin/python bench/tui_scale.py               # 1,000 / 10,000 / 100,000, 3 runs each
+    .venv/bin/python bench/tui_scale.py --schedules 100000 --runs 5
+    .venv/bin/python bench/tui_scale.py --schedules 100000 --herd 170   # with a busy event stream
+
+Why this exists: the console must stay usable at the provider's ``max_active_schedules``
+(100,000): an operator during an incident on a big platform is who needs it most.
+
+What it does, on one nats-server started here:
+
+1. Writes N Schedules raw (pipelined ``schedule.applied`` events on their subjects, as the
+   provider writes them; no Schedule is due within two hours, so nothing fires).
+2. Starts a provider with its admin service in a child process (the console is another
+   process in production, and the service's CPU must not be counted as the console's).
+3. Reference, same run: a plain ``AdminClient`` reads the first page of the Schedule list
+   and then the whole list (``list_schedules``): the floor of "first rows" and of "all
+   loaded" (the console cannot show what the service has not sent).
+4. Per run, a fresh console process (a child mode of this script), opened through its own
+   connection path and driven by Textual's Pilot, measures from outside the app's code:
+   - first rows: from starting the app to the Schedules table holding rows;
+   - all loaded: to the last page of the list being in the table;
+   - filter: a keystroke completing a filter typed into the box, to the table holding the
+     filtered rows (5 filters: narrow, wide, none matching, and back to empty; median);
+   - idle CPU: the console process's CPU over an idle window after loading, percent of one
+     core (with ``--herd R``: R Run events a second published meanwhile, a herd of Runs);
+   - RSS: VmRSS after the idle window, and VmHWM (the peak);
+   - q: from pressing ``q`` to the app having exited.
+   The console run with 0 Schedules is the reference for CPU and memory.
+
+Nothing is asserted; figures and ratios are printed. The machine may be shared: compare the
+references of the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import nats
+
+from nats_scheduler import NatsSchedulerProvider, NatsSettings
+from nats_scheduler.core import runcore
+from nats_scheduler.core.events import ScheduleApplied, ScheduleRecord, encode
+from nats_scheduler.names import Names
+from nats_scheduler.natsserver.process import NatsServer
+from nats_scheduler.seam import RunPayload, Schedule, Trigger
+from nats_scheduler.testing.handler import RecordingRunHandler
+
+SCRIPT = Path(__file__).resolve()
+PREFIX = "BENCHSCALE"
+PAYLOAD = RunPayload(target="agent/bench", prompt="Summarise the night's tickets.")
+TICKS = os.sysconf("SC_CLK_TCK")
+FILTERS = ("con-0004", "42", "zzz-none", "con-00")
+"""Typed into the filter box one after the other (then cleared): narrow, wide, nothing, a
+prefix of every tenth."""
+
+
+def bench_schedule(i: int, now: datetime, width: int = 6) -> Schedule:
+    """Schedule ``i`` (``con-`` and ``i`` in ``width`` digits): daily, in UTC, never due
+    within two hours of ``now``."""
+    hour = (now.hour + 3 + i % 19) % 24
+    dep = f"con-{i:0{width}d}"
+    return Schedule(dep, f"report-{i % 977:03d}-{i}", f"{i % 60} {hour} * * *", "UTC", True,
+                    PAYLOAD, 1)
+
+
+async def seed_schedules(url: str, prefix: str, count: int, *, chunk: int = 5_000,
+                         width: int = 6) -> float:
+    """Write ``count`` Schedules raw into a store whose streams exist; returns seconds."""
+    names = Names(prefix)
+    nc = await nats.connect(url)
+    js = nc.jetstream(timeout=60)
+    now = datetime.now(UTC)
+    began = time.perf_counter()
+    try:
+        for start in range(0, count, chunk):
+            for i in range(start, min(count, start + chunk)):
+                schedule = bench_schedule(i, now, width)
+                event = ScheduleApplied(at=now, actor="bench",
+                                        schedule=ScheduleRecord.of(schedule, updated_at=now))
+                await js.publish_async(names.schedule_subject(schedule.deployment_id),
+                                       encode(event))
+            await js.publish_async_completed()
+    finally:
+        await nc.close()
+    return time.perf_counter() - began
+
+
+def settings_for(url: str, prefix: str, count: int, **extra: Any) -> NatsSettings:
+    return NatsSettings(url=url, prefix=prefix, max_active_schedules=max(count, 1), **extra)
+
+
+async def create_store(url: str, prefix: str) -> None:
+    """The provider's streams, created the way the provider creates them (start, stop)."""
+    provider = NatsSchedulerProvider(settings_for(url, prefix, 1, admin_service=False))
+    provider.configure()
+    await provider.start(RecordingRunHandler())
+    await provider.stop()
+
+
+# ----------------------------------------------------------------------------- measures
+
+
+def _status_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def _cpu() -> float:
+    return time.process_time()
+
+
+async def herd(url: str, prefix: str, count: int, rate: float, stop: asyncio.Event) -> int:
+    """Publish ``rate`` Run events a second (created, then dispatched) for random Schedules
+    until ``stop``: a herd of Runs as the console's feed sees it."""
+    names = Names(prefix)
+    nc = await nats.connect(url)
+    js = nc.jetstream(timeout=30)
+    sent, i = 0, 0
+    began = time.perf_counter()
+    try:
+        while not stop.is_set():
+            due = datetime.now(UTC).replace(microsecond=0)
+            dep = f"con-{(i * 7919) % max(count, 1):06d}"
+            run_id = f"herd{i:08d}{dep[-6:]}"
+            created = runcore.create(run_id=run_id, deployment_id=dep, trigger=Trigger.RUN_NOW,
+                                     due_at=None, payload=PAYLOAD, now=due, actor="bench")
+            done = runcore.dispatched(runcore.claim(created.run, holder="bench", now=due).run,
+                                      turn_id="t", now=due, actor="bench")
+            subject = names.run_subject(dep, run_id)
+            for event in (created, done):
+                await js.publish_async(subject, encode(event))
+            sent += 2
+            i += 1
+            ahead = sent / rate - (time.perf_counter() - began)
+            if ahead > 0:
+                await asyncio.sleep(ahead)  # paces the publisher (not a wait for a condition)
+        await js.publish_async_completed()
+    finally:
+        await nc.close()
+    return sent
+
+
+async def console_run(url: str, prefix: str, count: int, idle: float, rate: float) -> dict:
+    """One console, start to quit (child mode): the figures of one run."""
+    from textual.pilot import Pilot
+    from textual.widgets import Input
+
+    from admin_tui.app import AstraboxConsole
+    from admin_tui.launch import ConnectionLink
+    from admin_tui.screens.schedules import SchedulesScreen
+    from admin_tui.widgets.schedule_table import ScheduleTable
+
+    now = datetime.now(UTC)
+    ids = [bench_schedule(i, now) for i in range(count)]
+    expected = {text: sum(1 for s in ids if text in s.deployment_id or text in s.name.lower())
+                for text in FILTERS}
+    link = ConnectionLink(settings_for(url, prefix, count))
+    app = AstraboxConsole(connector=link.connect, user="bench")
+    link.app = app
+    figures: dict[str, Any] = {}
+
+    async def until(pilot: Pilot[None], check: Callable[[], object], timeout: float) -> float:
+        began = time.perf_counter()
+        while not check():
+            if time.perf_counter() - began > timeout:
+                shown = table().row_count if screen() is not None else None
+                raise TimeoutError(f"not within {timeout} s ({shown} rows shown, filter "
+                                   f"{app.screen.query_one('#filter', Input).value!r})")
+            await pilot.pause(0.002)
+        return time.perf_counter() - began
+
+    def screen() -> SchedulesScreen | None:
+        return app.screen if isinstance(app.screen, SchedulesScreen) else None
+
+    def table() -> ScheduleTable:
+        return app.screen.query_one(ScheduleTable)
+
+    began = time.perf_counter()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await until(pilot, lambda: screen() is not None and (
+            table().row_count > 0 or (count == 0 and screen().complete)), 120)  # type: ignore[union-attr]
+        figures["first_rows_s"] = time.perf_counter() - began
+        await until(pilot, lambda: screen().complete and table().row_count == count, 600)  # type: ignore[union-attr]
+        figures["loaded_s"] = time.perf_counter() - began
+        box = app.screen.query_one("#filter", Input)
+        box.focus()
+        latencies = []
+        if True:  # with 0 Schedules too: the keystroke's own cost through Pilot, the floor
+            for text in (*FILTERS, ""):
+                box.value = text[:-1] if text else "c"
+                await pilot.pause(0.2)
+                box.action_end()  # the key below types at the end (focus selected all)
+                await pilot.pause()
+                want = expected.get(text, count)
+                start = time.perf_counter()
+                if text:
+                    await pilot.press(text[-1])
+                else:
+                    await pilot.press("backspace")
+                await until(pilot, lambda w=want, t=text: table().row_count == w
+                            and box.value == t, 30)
+                await pilot.pause()  # and drawn
+                latencies.append(time.perf_counter() - start)
+        figures["filter_s"] = latencies
+        table().focus()
+        stop = asyncio.Event()
+        herding = asyncio.create_task(herd(url, prefix, count, rate, stop)) if rate else None
+        await pilot.pause(1.0)
+        cpu, wall = _cpu(), time.perf_counter()
+        await asyncio.sleep(idle)  # the idle window itself: the app runs in this loop
+        figures["idle_cpu_pct"] = 100 * (_cpu() - cpu) / (time.perf_counter() - wall)
+        if herding is not None:
+            stop.set()
+            figures["herd_events"] = await herding
+        if count and rate:  # a filter during the herd's aftermath: still answered?
+            start = time.perf_counter()
+            box.value = FILTERS[0]
+            await until(pilot, lambda: table().row_count == expected[FILTERS[0]], 30)
+            figures["filter_after_herd_s"] = time.perf_counter() - start
+        figures["rss_mb"] = _status_kb("VmRSS") / 1024
+        figures["peak_mb"] = _status_kb("VmHWM") / 1024
+        quit_began = time.perf_counter()
+        await pilot.press("q")
+    figures["quit_s"] = time.perf_counter() - quit_began
+    await link.close()
+    return figures
+
+
+async def reference_list(url: str, prefix: str) -> tuple[float, float]:
+    """A plain client: the first page of the list, then the whole list (seconds)."""
+    from nats_scheduler.admin.client import AdminClient
+
+    nc = await nats.connect(url)
+    try:
+        client = AdminClient(nc, prefix, timeout=30)
+        began = time.perf_counter()
+        pages = client.schedule_pages()
+        await anext(pages)
+        first = time.perf_counter() - began
+        await pages.aclose()
+        began = time.perf_counter()
+        await client.list_schedules()
+        return first, time.perf_counter() - began
+    finally:
+        await nc.close()
+
+
+# ----------------------------------------------------------------------------- children
+
+
+async def serve_main(url: str, prefix: str, count: int) -> None:
+    """The provider child: start with its admin service, run until stdin closes."""
+    provider = NatsSchedulerProvider(settings_for(url, prefix, count))
+    provider.configure()
+    await provider.start(RecordingRunHandler())
+    print(json.dumps({"ready": True}), flush=True)
+    await asyncio.to_thread(sys.stdin.read)
+    await provider.stop()
+
+
+async def child(*args: str) -> tuple[asyncio.subprocess.Process, dict]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(SCRIPT), *args, stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE)
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 900)
+    if not line:
+        raise RuntimeError(f"child {args[0]} ended without an answer")
+    return proc, json.loads(line)
+
+
+async def stop_child(proc: asyncio.subprocess.Process) -> None:
+    assert proc.stdin is not None
+    proc.stdin.close()
+    try:
+        await asyncio.wait_for(proc.wait(), 60)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+
+
+async def measure(server: NatsServer, count: int, runs: int, idle: float, rate: float
+                  ) -> dict[str, Any]:
+    prefix = f"{PREFIX}{count}"
+    await create_store(server.url, prefix)
+    seeded = await seed_schedules(server.url, prefix, count)
+    print(f"\n{count:,} Schedules: written raw in {seeded:.1f} s", flush=True)
+    began = time.perf_counter()
+    provider, _ = await child("--serve", "--url", server.url, "--prefix", prefix,
+                              "--schedules", str(count))
+    print(f"  provider child ready in {time.perf_counter() - began:.1f} s", flush=True)
+    try:
+        first, whole = await reference_list(server.url, prefix)
+        print(f"  reference: first page of the list {first * 1000:.0f} ms, whole list "
+              f"{whole:.2f} s (plain AdminClient)", flush=True)
+        rows = []
+        for _ in range(runs):
+            proc, figures = await child("--console", "--url", server.url, "--prefix", prefix,
+                                        "--schedules", str(count), "--idle", str(idle),
+                                        "--herd", str(rate))
+            await proc.wait()
+            rows.append(figures)
+            filt = figures["filter_s"]
+            print(f"  run: first rows {figures['first_rows_s']:.2f} s, all loaded "
+                  f"{figures['loaded_s']:.2f} s, filter median "
+                  f"{statistics.median(filt) * 1000 if filt else 0:.0f} ms (max "
+                  f"{max(filt) * 1000 if filt else 0:.0f}), idle CPU "
+                  f"{figures['idle_cpu_pct']:.1f} %, RSS {figures['rss_mb']:.0f} MB (peak "
+                  f"{figures['peak_mb']:.0f}), q {figures['quit_s'] * 1000:.0f} ms"
+                  + (f", {figures.get('herd_events', 0)} herd events, filter after the herd "
+                     f"{figures.get('filter_after_herd_s', 0) * 1000:.0f} ms" if rate else ""),
+                  flush=True)
+        return {"count": count, "first_page_s": first, "whole_list_s": whole, "runs": rows}
+    finally:
+        await stop_child(provider)
+
+
+def median(rows: list[dict], key: str) -> float:
+    values = []
+    for row in rows:
+        value = row.get(key)
+        if isinstance(value, list):
+            values.append(statistics.median(value) if value else 0.0)
+        elif value is not None:
+            values.append(value)
+    return statistics.median(values) if values else 0.0
+
+
+def report(results: list[dict], rate: float) -> None:
+    print(f"\nmedians (herd: {rate:g} Run events/s during the idle window)" if rate
+          else "\nmedians")
+    print(f"{'Schedules':>10} {'first rows':>11} {'floor':>7} {'loaded':>8} {'floor':>7} "
+          f"{'filter':>8} {'idle CPU':>9} {'RSS':>7} {'peak':>7} {'q':>7}")
+    for r in results:
+        rows = r["runs"]
+        print(f"{r['count']:>10,} {median(rows, 'first_rows_s'):>10.2f}s "
+              f"{r['first_page_s']:>6.2f}s {median(rows, 'loaded_s'):>7.2f}s "
+              f"{r['whole_list_s']:>6.2f}s {median(rows, 'filter_s') * 1000:>6.0f}ms "
+              f"{median(rows, 'idle_cpu_pct'):>8.1f}% {median(rows, 'rss_mb'):>5.0f}MB "
+              f"{median(rows, 'peak_mb'):>5.0f}MB {median(rows, 'quit_s') * 1000:>5.0f}ms")
+    base = results[0]["runs"]
+    for r in results[1:]:
+        first = median(r["runs"], "first_rows_s") / max(median(base, "first_rows_s"), 1e-9)
+        print(f"{r['count']:,} vs {results[0]['count']:,}: RSS +"
+              f"{median(r['runs'], 'rss_mb') - median(base, 'rss_mb'):.0f} MB, first rows "
+              f"{first:.2f}x")
+    print("floor: the plain client's first page / whole list, same run")
+
+
+async def main(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        server = NatsServer(Path(tmp) / "nats", server_name="bench-tui-scale",
+                            max_file_store=8 * 1024**3)
+        server.start()
+        try:
+            results = [await measure(server, n, args.runs, args.idle, args.herd)
+                       for n in [0, *args.schedules]]
+        finally:
+            server.stop()
+    report(results, args.herd)
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--schedules", type=int, nargs="+", default=[1_000, 10_000, 100_000])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--idle", type=float, default=10.0, help="idle window, seconds")
+    parser.add_argument("--herd", type=float, default=0.0,
+                        help="Run events a second published during the idle window")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--console", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--prefix", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    arguments = parse()
+    if arguments.serve:
+        asyncio.run(serve_main(arguments.url, arguments.prefix, arguments.schedules[0]))
+    elif arguments.console:
+        result = asyncio.run(console_run(arguments.url, arguments.prefix,
+                                         arguments.schedules[0], arguments.idle,
+                                         arguments.herd))
+        print(json.dumps(result), flush=True)
+    else:
+        asyncio.run(main(arguments))
