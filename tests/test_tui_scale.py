@@ -81,6 +81,7 @@ async def test_a_hundred_thousand_schedules(server: NatsServer,
         del bootstrap  # the streams exist; the Schedules go in raw, the way the bench does
     await seed_schedules(server.url, prefix, count)
     async with running(server.url, prefix, max_active_schedules=count) as provider:
+        await provider.until_ready()  # the Schedule table loads behind start()'s gate
         assert len(provider.schedules.live()) == count
         service = await start_admin_service(provider)
         link = ConnectionLink(settings(server.url, prefix))
