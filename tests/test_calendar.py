@@ -69,12 +69,31 @@ def test_feb_29_only_in_leap_years() -> None:
     assert next_due("0 0 29 2 *", "UTC", utc("2024-03-01")) == utc("2028-02-29")
 
 
-@pytest.mark.parametrize("cron", ["0 0 30 2 *", "0 0 31 2 *", "0 0 31 4,6,9,11 *"])
-def test_days_that_never_exist_have_no_due_time(cron: str) -> None:
-    validate(cron, "UTC")
+@pytest.mark.parametrize(("cron", "message"), [
+    ("0 0 30 2 *", "day 30 never occurs in February"),
+    ("0 0 31 2 *", "day 31 never occurs in February"),
+    ("0 0 31 4,6,9,11 *", "day 31 never occurs in April, June, September or November"),
+    ("0 0 30,31 2 *", "days 30 and 31 never occur in February"),
+    ("0 0 31 2 */2", "day 31 never occurs in February"),  # days ANDed: none to AND with
+])
+def test_days_that_never_exist_have_no_due_time_and_are_refused(cron: str, message: str
+                                                                ) -> None:
+    with pytest.raises(InvalidSchedule) as info:
+        validate(cron, "UTC")
+    assert message in str(info.value)
+    assert "day-of-month field" in str(info.value) and "month field" in str(info.value)
     assert next_due(cron, "UTC", utc("2024-01-01")) is None
     assert upcoming(cron, "UTC", utc("2024-01-01"), 3) == []
     assert days(cron, "2024-01-01", "2033-01-01") == []
+
+
+@pytest.mark.parametrize("cron", ["0 0 29 2 *", "0 0 31 2,3 *", "0 0 31 * *", "0 0 31 2 1",
+                                  "0 0 30 2 MON", "0 0 31 FEB SUN-SAT"])
+def test_days_that_exist_in_some_listed_month_or_weekday_are_accepted(cron: str) -> None:
+    """Leap days, one long month among short ones, or a day-of-week field that adds days of
+    its own (both day fields restricted: either matches)."""
+    validate(cron, "UTC")
+    assert next_due(cron, "UTC", utc("2024-01-01")) is not None
 
 
 def test_day_31_only_in_long_months() -> None:

@@ -490,9 +490,50 @@ def _prepare(cron: str, timezone: str) -> tuple[_Spec, str]:
     return spec, timezone
 
 
+_MONTH_NAMES = ("January", "February", "March", "April", "May", "June", "July", "August",
+                "September", "October", "November", "December")
+_LONGEST = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+"""Each month's length in its longest year (February: leap years)."""
+
+
+def _listed(items: list[str], last: str) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {last} {items[-1]}"
+
+
+def _never_due(cron: str, spec: _Spec) -> str | None:
+    """Why an expression has no due time ever, or None.
+
+    Only the day-of-month field can make it so: when the day-of-week field does not add
+    days of its own (classic cron adds them only when both day fields are restricted), a
+    day beyond every listed month's length never comes (February 30, April 31). Vixie cron
+    silently never runs such a line; ``0 0 29 2 *`` is due in leap years.
+    """
+    if spec.day_or or not spec.days:
+        return None
+    first = min(spec.days)
+    months = sorted(spec.months)
+    if any(first <= _LONGEST[m - 1] for m in months):
+        return None
+    texts = _split(cron)
+    days = sorted(spec.days)
+    shown = _listed([str(d) for d in days], "and")
+    names = _listed([_MONTH_NAMES[m - 1] for m in months], "or")
+    verb = "occurs" if len(days) == 1 else "occur"
+    return (f"day-of-month field {_quote(texts[2])} with month field {_quote(texts[3])}: "
+            f"day{'s' if len(days) > 1 else ''} {shown} never {verb} in {names}, so the "
+            "schedule would never be due")
+
+
 def validate(cron: str, timezone: str) -> None:
-    """Raise InvalidSchedule, naming the bad field or zone, unless both are acceptable."""
-    _prepare(cron, timezone)
+    """Raise InvalidSchedule, naming the bad field or zone, unless both are acceptable.
+
+    Also refuses an expression that has no due time at all (``0 0 31 2 *``): stored, it
+    would look enabled and never run.
+    """
+    spec, _ = _prepare(cron, timezone)
+    problem = _never_due(cron, spec)
+    if problem is not None:
+        raise InvalidSchedule(problem)
 
 
 def due_times(cron: str, timezone: str, start: datetime, end: datetime) -> list[datetime]:
