@@ -5,7 +5,7 @@ drive due times and retries with :class:`ManualClock` instead of waiting. Server
 (NATS timeouts, KV TTLs) cannot be faked; the provider does not depend on any.
 
 A running provider reads :class:`ServerClock`: the store's clock as this replica knows it
-(docs/architecture.md), wrapped around the injected clock when
+(docs/architecture.md, "One clock: the store's"), wrapped around the injected clock when
 that one follows the wall clock (``follows_wall_time``); a :class:`ManualClock` is used as
 it is, so tests keep driving time by hand.
 """

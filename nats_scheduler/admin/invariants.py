@@ -89,7 +89,7 @@ CHECKS: dict[str, str] = {
 EARLY_TOLERANCE = 0.05
 """Seconds a scheduled Run may be stored (or claimed) before its due time by the server's
 timestamps and still not be ``early``. A replica fires by the lower bound of the server's
-clock (docs/architecture.md), so its create reaches the server
+clock (docs/architecture.md, "One clock: the store's"), so its create reaches the server
 after the due time; the tolerance covers the two clocks' rates drifting between samples
 (at most ``FRESH_SECONDS`` x a few hundred ppm: a few milliseconds) and the servers of a
 cluster disagreeing with each other by some milliseconds (the presence bucket's leader

@@ -2,7 +2,7 @@
 clock fixed by hand).
 
 Each replica runs on an :class:`~tests.harness.clocks.OffsetClock` the test sets or steps.
-The replicas fire by the store's clock (docs/architecture.md), so
+The replicas fire by the store's clock (docs/architecture.md, "One clock: the store's"), so
 whatever a host's clock says: no ``start_session`` before its due time by the server's clock
 (the server runs on this host, so the handler's record is on the server's clock), every due
 time fired exactly once and within the owner grace, no Run for a time that is not a due time,
