@@ -173,6 +173,16 @@ class ServerClock:
         estimate = self.estimate()
         return None if estimate is None else estimate.wall_offset
 
+    def mark(self) -> float:
+        """An instant on this replica's elapsed time, to be read later with :meth:`at`."""
+        return self._elapsed()
+
+    def at(self, mark: float) -> datetime:
+        """The store's time at ``mark`` as this clock reads it now (the lower bound; the inner
+        clock's when there is no fresh estimate): a "since when" taken before the first
+        sample (a process's start) and corrected once the samples come."""
+        return self.now() - timedelta(seconds=max(0.0, self._elapsed() - mark))
+
     def now(self) -> datetime:
         elapsed = self._elapsed()
         estimate = self.estimator.estimate(elapsed, fresh=self._fresh)

@@ -137,6 +137,13 @@ class NatsSchedulerProvider:
         """The running parts (store, logs, loops) between ``start`` and ``stop``."""
         return self._running
 
+    def _now(self) -> datetime:
+        """The time Schedule changes and Runs are stamped with: the store's clock while
+        running (a host clock minutes off must not move a Schedule's ``updated_at``, from
+        which due times count), the injected clock before."""
+        running = self._running
+        return (running.clock if running is not None else self._clock).now()
+
     @property
     def ticker(self) -> Ticker | None:
         return self._running.ticker if self._running else None
@@ -209,7 +216,7 @@ class NatsSchedulerProvider:
         still fires and dispatches, and other replicas (or a later restart) answer actions.
         """
         try:
-            await running.serve(AdminService(self, clock=self._clock))
+            await running.serve(AdminService(self, clock=running.clock))
         except Exception:
             log.exception("the admin service could not start; console and command-line "
                           "actions are answered by other scheduler processes only")
@@ -285,7 +292,7 @@ class NatsSchedulerProvider:
         planned = schedulecore.plan_reconcile(
             wanted, self._table.get_with_seq, self._table.live(),
             enabled=self._table.enabled_count(), cap=self.settings.max_active_schedules,
-            now=self._clock.now(), actor=self._identity)
+            now=self._now(), actor=self._identity)
         by_id = {s.deployment_id: s for s in wanted}
 
         def redecide(item: schedulecore.PlannedWrite) -> ScheduleDecision:
@@ -296,7 +303,7 @@ class NatsSchedulerProvider:
         await running.schedules.write_planned(planned, redecide)
 
     def _check_size(self, schedule: Schedule, limit: int) -> None:
-        first = schedulecore.decide_apply(None, schedule, now=self._clock.now(),
+        first = schedulecore.decide_apply(None, schedule, now=self._now(),
                                           actor=self._identity)
         assert first is not None
         validation.check_schedule_size(schedule.deployment_id, len(encode(first)), limit)
@@ -314,7 +321,7 @@ class NatsSchedulerProvider:
         cap = self.settings.max_active_schedules
 
         def decide(current: ScheduleRecord | None) -> ScheduleEventType | None:
-            event = schedulecore.decide_apply(current, schedule, now=self._clock.now(),
+            event = schedulecore.decide_apply(current, schedule, now=self._now(),
                                               actor=self._identity)
             if event is not None and schedule.enabled:
                 schedulecore.check_capacity(
@@ -325,7 +332,7 @@ class NatsSchedulerProvider:
         return decide
 
     def _delete_decision(self) -> ScheduleDecision:
-        return lambda current: schedulecore.decide_delete(current, now=self._clock.now(),
+        return lambda current: schedulecore.decide_delete(current, now=self._now(),
                                                           actor=self._identity)
 
     async def delete(self, deployment_id: str) -> None:
@@ -352,7 +359,7 @@ class NatsSchedulerProvider:
         def decide(current: ScheduleRecord | None) -> ScheduleEventType | None:
             if current is None or current.deleted:
                 raise ScheduleNotFound(f"deployment {deployment_id!r} has no schedule")
-            return decide_fn(current, by=by, reason=reason, now=self._clock.now(),
+            return decide_fn(current, by=by, reason=reason, now=self._now(),
                              actor=self._identity)
 
         record = await running.schedules.write(deployment_id, decide)
@@ -400,7 +407,7 @@ class NatsSchedulerProvider:
             msg_id = enqueued_create_msg_id(run_id)
         event = runcore.create(
             run_id=run_id, deployment_id=deployment_id, trigger=request.trigger,
-            due_at=None, payload=payload, now=self._clock.now(), actor=self._identity,
+            due_at=None, payload=payload, now=self._now(), actor=self._identity,
             replay_of=request.replay_of, requested_by=request.requested_by, reason=reason,
         )
         index_seq, lease = await running.runs.announce(event.run)
@@ -455,4 +462,4 @@ class NatsSchedulerProvider:
         record = self._table.get(deployment_id)
         if record is None or not record.active:
             return None
-        return calendar.next_due(record.cron, record.timezone, after or self._clock.now())
+        return calendar.next_due(record.cron, record.timezone, after or self._now())

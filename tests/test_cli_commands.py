@@ -211,17 +211,16 @@ async def test_events_follow_prints_new_events_until_ctrl_c(cli: Cli) -> None:
             proc.wait(timeout=5)
 
 
-def test_clock_skew_is_measured_against_the_replicas_median() -> None:
-    from datetime import UTC, datetime, timedelta
-
+def test_status_shows_each_replicas_own_measure_of_its_clock_against_the_stores() -> None:
     from nats_scheduler.admin.api import ReplicaView
-    from nats_scheduler.cli.status import clock_skews
+    from nats_scheduler.admin.skew import store_offsets
+    from nats_scheduler.cli.status import offset_text
 
-    t = datetime(2026, 1, 1, tzinfo=UTC)
-    replicas = [ReplicaView(identity=name, now=t + timedelta(seconds=offset))
-                for name, offset in (("a", 0.0), ("b", 0.5), ("c", 3.0))]
-    assert clock_skews(replicas) == {"a": -0.5, "b": 0.0, "c": 2.5}
-    assert clock_skews([ReplicaView(identity="x")]) == {}
+    replicas = [ReplicaView(identity="a", server_offset=-0.0004),
+                ReplicaView(identity="b", server_offset=20.0), ReplicaView(identity="old")]
+    assert store_offsets(replicas) == {"a": -0.0004, "b": 20.0}
+    assert [offset_text(store_offsets(replicas).get(r.identity)) for r in replicas] == [
+        "+0.000s", "+20.000s", "-"]
 
 
 def test_status_text_shows_the_retention_and_every_replica_figure() -> None:
@@ -251,7 +250,8 @@ def test_status_text_shows_the_retention_and_every_replica_figure() -> None:
                   "stored": LatenessSummary(count=40, p50=0.002, p95=0.003, p99=0.004, max=0.01)})
     status = ClusterStatus(
         replicas=[ReplicaView(identity="r-1", started_at=t, now=t, in_flight=["run-1"],
-                              schedules_planned=6, metrics=figures),
+                              schedules_planned=6, metrics=figures, server_offset=-0.012,
+                              server_offset_error=0.0005),
                   ReplicaView(identity="r-old", started_at=t, now=t)],
         leases=[], in_flight=["run-1"],
         store=StoreHealth(reachable=True, server_version="2.15.1", replicas=1, leader="n1",
@@ -264,11 +264,11 @@ def test_status_text_shows_the_retention_and_every_replica_figure() -> None:
         "12 run events",
         "history retention: 7.5 days, newest 250 Runs per deployment",
         "replicas alive: 2",
-        "  IDENTITY  STARTED               CLOCK SKEW  IN FLIGHT  PLANNED  RUNS  FAILED  "
+        "  IDENTITY  STARTED               CLOCK VS STORE  IN FLIGHT  PLANNED  RUNS  FAILED  "
         "LATE P99 STORED/STARTED",
-        "  r-1       2026-03-28 12:00:00Z  +0.000s     1          6        42    1       "
+        "  r-1       2026-03-28 12:00:00Z  -0.012s         1          6        42    1       "
         "4ms/1.2s",
-        "  r-old     2026-03-28 12:00:00Z  +0.000s     0          0        -     -       -",
+        "  r-old     2026-03-28 12:00:00Z  -               0          0        -     -       -",
         "figures since each replica started:",
         "  r-1: lateness p50/p99 stored 2ms/4ms (40 firings), started 9ms/1.2s (40 firings); "
         "Runs created 42 (run_now 2, schedule 40), dispatched 41 (run_now 2, schedule 39), "
@@ -283,3 +283,16 @@ def test_status_text_shows_the_retention_and_every_replica_figure() -> None:
     assert "replicas alive: 0\nleases held: 0" in status_text(
         msgspec.structs.replace(status, replicas=[]),
         Health(silent_stops=[], stuck_runs=[], failed_runs=[]))
+
+
+def test_status_health_names_the_answering_replicas_clock_against_the_stores() -> None:
+    from nats_scheduler.admin.api import ClusterStatus, Health, StoreHealth
+    from nats_scheduler.cli.status import status_text
+
+    status = ClusterStatus(replicas=[], leases=[], in_flight=[],
+                           store=StoreHealth(reachable=True))
+    unmeasured = status_text(status, Health(silent_stops=[], stuck_runs=[], failed_runs=[]))
+    assert "clock vs store" not in unmeasured
+    measured = status_text(status, Health(silent_stops=[], stuck_runs=[], failed_runs=[],
+                                          server_offset=20.0004, server_offset_error=0.0012))
+    assert "  clock vs store (answering replica): +20.000s ±0.001s" in measured.splitlines()

@@ -8,13 +8,13 @@ against real servers: a plain one (sync_interval default), the production config
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from nats.js.api import StreamConfig
 
 from nats_scheduler.admin.doctor import (
+    CLOCK_CHECK,
     Check,
     DoctorReport,
     Status,
@@ -42,6 +42,7 @@ from nats_scheduler.names import Names
 from nats_scheduler.natsserver.process import NatsServer, free_port
 from nats_scheduler.seam import RunPayload, Schedule, SchedulerConfigurationError
 from nats_scheduler.settings import NatsSettings
+from tests.harness.clocks import OffsetClock
 from tests.harness.cluster import NatsCluster
 from tests.harness.servers import connect_fast, unique_prefix
 from tests.providers import running
@@ -163,11 +164,17 @@ def test_permissions_check_names_the_role() -> None:
 
 
 def test_clock_check() -> None:
-    assert clock_check(None, 5.0, "nobody answered").status == Status.WARN
-    assert clock_check({"a": 0.05, "b": -0.2}, 5.0).status == Status.OK
-    warned = clock_check({"a": 0.0, "b": 1.5}, 5.0)
-    assert warned.status == Status.WARN and "+1.500 s (b)" in warned.detail
-    assert clock_check({"a": -2.6}, 5.0).status == Status.FAIL
+    """Each replica's own offset from the store's clock (admin/skew.py's bounds)."""
+    assert clock_check(None, reason="nobody answered").status == Status.WARN
+    assert clock_check({"a": 0.05, "b": -0.2}).status == Status.OK
+    warned = clock_check({"a": 0.0, "b": 0.5})
+    assert warned.status == Status.WARN and "+0.500 s (b)" in warned.detail
+    failed = clock_check({"a": 0.01, "b": -1.2})
+    assert failed.status == Status.FAIL and "-1.200 s (b)" in failed.detail
+    # a replica that has not measured yet (or an older version) is named, and not OK
+    partial = clock_check({"a": 0.01}, ["old-1"])
+    assert partial.status == Status.WARN and "old-1" in partial.detail
+    assert clock_check({}, ["old-1"]).status == Status.WARN
 
 
 def test_retention_check() -> None:
@@ -202,19 +209,6 @@ def test_report_lines_and_ok() -> None:
 # =========================================================================== live
 
 
-class SkewedClock:
-    """The system clock shifted by ``offset`` seconds (a replica whose NTP is off)."""
-
-    def __init__(self, offset: float) -> None:
-        self.offset = timedelta(seconds=offset)
-
-    def now(self) -> datetime:
-        return datetime.now(UTC) + self.offset
-
-    async def sleep_until(self, instant: datetime) -> None:  # pragma: no cover - unused
-        raise NotImplementedError
-
-
 async def test_doctor_on_a_plain_server(nats_server: NatsServer) -> None:
     """Defaults: sync_interval 2m is a warning, an unrestricted user too; nothing written."""
     prefix = unique_prefix()
@@ -243,7 +237,7 @@ async def test_doctor_on_a_plain_server(nats_server: NatsServer) -> None:
     assert status["durability"] == Status.WARN
     assert "sync_interval is not 'always'" in report.get("durability").detail
     assert status["permissions"] == Status.WARN  # no users: anyone may delete streams
-    assert status["clock skew"] == Status.OK
+    assert status[CLOCK_CHECK] == Status.OK
     assert status["history retention"] == Status.OK
     assert report.get("history retention").detail.startswith(
         f"90 days, newest 10000 Runs per deployment (stream {prefix}_RUNINDEX")
@@ -272,16 +266,18 @@ async def test_doctor_reports_the_retention_the_index_stream_enforces(
     assert "settings say" not in same.get("history retention").detail
 
 
-async def test_doctor_finds_a_skewed_replica_clock(nats_server: NatsServer) -> None:
+async def test_doctor_fails_a_replica_whose_host_clock_is_seconds_off(
+    nats_server: NatsServer,
+) -> None:
+    """The replica measures its host clock 3 s ahead of the store's (its presence beats'
+    server timestamps) and says so; the doctor fails it, whatever the doctor's own clock."""
     prefix = unique_prefix()
-    async with running(nats_server.url, prefix, lease_seconds=5.0) as provider:
-        service = await start_admin_service(provider, clock=SkewedClock(3.0))  # type: ignore[arg-type]
-        try:
-            report = await run_doctor(NatsSettings(url=nats_server.url, prefix=prefix))
-        finally:
-            await service.stop()
-    check = report.get("clock skew")
-    assert check.status == Status.FAIL and provider.identity in check.detail
+    async with running(nats_server.url, prefix, clock=OffsetClock(3.0)) as provider:
+        await provider.until_ready()
+        report = await run_doctor(NatsSettings(url=nats_server.url, prefix=prefix))
+    check = report.get(CLOCK_CHECK)
+    assert check.status == Status.FAIL and provider.identity in check.detail, check
+    assert "+3.0" in check.detail, check
 
 
 async def test_doctor_on_the_production_config_per_user(tmp_path: Path) -> None:
@@ -300,7 +296,7 @@ async def test_doctor_on_the_production_config_per_user(tmp_path: Path) -> None:
         assert report.get("durability").status == Status.OK
         permissions = report.get("permissions")
         assert permissions.status == Status.OK and user in permissions.detail, permissions
-        assert report.get("clock skew").status == Status.OK, (user, report.lines())
+        assert report.get(CLOCK_CHECK).status == Status.OK, (user, report.lines())
 
 
 async def test_doctor_warns_on_r1_streams_in_a_cluster(nats_cluster: NatsCluster) -> None:
@@ -330,7 +326,7 @@ async def test_doctor_fails_an_incompatible_stream_and_unreachable_monitor(
     assert report.get(f"stream {prefix}_SCHEDULES").status == Status.WARN  # not created yet
     durability = report.get("durability")
     assert durability.status == Status.WARN and "could not read" in durability.detail
-    assert report.get("clock skew").status == Status.WARN  # no scheduler process
+    assert report.get(CLOCK_CHECK).status == Status.WARN  # no scheduler process
 
 
 async def test_doctor_without_a_server() -> None:

@@ -24,6 +24,7 @@ from opentelemetry.sdk.metrics.export import (
 )
 
 from nats_scheduler.admin.client import AdminClient
+from nats_scheduler.clock import Clock
 from nats_scheduler.jetstream.errors import Conflict
 from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.provider import NatsSchedulerProvider
@@ -37,6 +38,7 @@ from nats_scheduler.seam import (
     Trigger,
 )
 from nats_scheduler.testing.handler import RecordingRunHandler
+from tests.harness.clocks import OffsetClock
 from tests.harness.servers import connect_fast, unique_prefix
 from tests.providers import MongoBackend, eventually, running, settings
 
@@ -52,13 +54,13 @@ def daily(dep: str) -> Schedule:
 
 @contextlib.asynccontextmanager
 async def instrumented(
-    url: str, handler: RecordingRunHandler, **overrides: object
+    url: str, handler: RecordingRunHandler, *, clock: Clock | None = None, **overrides: object
 ) -> AsyncIterator[tuple[NatsSchedulerProvider, InMemoryMetricReader]]:
     """A started provider exporting to a reader of this test's own."""
     reader = InMemoryMetricReader()
     meters = MeterProvider(metric_readers=[reader])
     provider = NatsSchedulerProvider(settings(url, unique_prefix(), **overrides),
-                                     meter_provider=meters)
+                                     meter_provider=meters, clock=clock)
     provider.configure(repository_backend=MongoBackend())
     await provider.start(handler)
     try:
@@ -170,6 +172,18 @@ async def test_gauges_follow_the_schedules_and_the_runs_in_flight(nats_url: str)
     # a stopped provider takes its figures out of the (possibly shared) gauges
     m = exported(reader)
     assert point(m, schedules, state="active") == 0
+
+
+async def test_the_host_clocks_offset_from_the_stores_is_a_gauge(nats_url: str) -> None:
+    """A host clock 5 s ahead: the gauge says +5 s (measured from the presence beats)."""
+    async with instrumented(nats_url, RecordingRunHandler(),
+                            clock=OffsetClock(5.0)) as (provider, reader):
+        await provider.until_ready()
+
+        async def measured() -> bool:
+            return abs(point(exported(reader), "astrabox.scheduler.clock.offset") - 5.0) < 0.1
+
+        await eventually(measured, timeout=10)
 
 
 async def test_store_errors_are_counted_by_kind(tmp_path: Path) -> None:

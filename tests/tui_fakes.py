@@ -297,9 +297,10 @@ class FakeBackend:
             replicas=[
                 ReplicaView(identity=REPLICA_A, started_at=_at(-6), now=now + timedelta(
                     milliseconds=200), in_flight=[], schedules_planned=6,
-                    metrics=REPLICA_A_METRICS),
+                    metrics=REPLICA_A_METRICS, server_offset=0.003, server_offset_error=0.0005),
                 ReplicaView(identity=REPLICA_B, started_at=_at(-30), now=now - timedelta(
                     seconds=2.5), in_flight=in_flight, schedules_planned=6,
+                    server_offset=-2.7, server_offset_error=0.0008,
                     metrics=msgspec.structs.replace(REPLICA_B_METRICS,
                                                     runs_in_flight=len(in_flight))),
             ],

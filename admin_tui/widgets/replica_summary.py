@@ -12,6 +12,7 @@ from textual.widgets import Static
 from nats_scheduler.admin.api import ReplicaMetrics, ReplicaView
 
 from ..formatting import lateness
+from .replica_table import skew_text
 
 
 def _parts(counts: dict[str, int]) -> str:
@@ -49,7 +50,20 @@ def replica_text(replica: ReplicaView | None) -> Text:
     text.append(f"\nAttempts {m.dispatch_attempts} · retries {m.dispatch_retries} · takeovers "
                 f"{m.takeovers} · stale firing reads {m.stale_fire_reads} · store errors ")
     text.append(errors or "none", style="bold red" if "unavailable" in m.store_errors else "")
+    text.append("\nHost clock vs the store's: ")
+    text.append_text(_offset(replica))
     return text
+
+
+def _offset(replica: ReplicaView) -> Text:
+    """``+0.003 s ± 0.001 s`` (the replica's own measure), or why there is none."""
+    if replica.server_offset is None:
+        return Text("not measured (joining, the store unreachable, or an older version)",
+                    style="dim")
+    shown = skew_text(replica.server_offset)
+    error = replica.server_offset_error or 0.0
+    return Text.assemble((f"{replica.server_offset:+.3f} s", shown.style),
+                         f" ± {error:.3f} s")
 
 
 class ReplicaSummary(Static):

@@ -9,7 +9,7 @@ from datetime import datetime
 from rich.text import Text
 
 from nats_scheduler.admin.api import ReplicaMetrics, ReplicaView
-from nats_scheduler.admin.skew import clock_skews
+from nats_scheduler.admin.skew import offset_level, store_offsets
 
 from ..formatting import DASH, lateness, relative
 from .keyed_table import KeyedTable
@@ -17,7 +17,7 @@ from .keyed_table import KeyedTable
 COLUMNS = (
     ("identity", "Process", 19),
     ("started", "Up", 9),
-    ("skew", "Skew", 7),
+    ("skew", "Clock", 7),
     ("in_flight", "In flight", 9),
     ("planned", "Planned", 7),
     ("runs", "Runs", 5),
@@ -29,15 +29,19 @@ LATE_SECONDS = 5.0
 """A p99 lateness past this is red: the alert docs/operations.md ("Metrics") suggests."""
 
 
-def skew_text(seconds: float | None) -> Text:
-    """A replica's clock against the replicas' median (``nats_scheduler.admin.skew``).
+_OFFSET_STYLES = {"ok": "dim", "warn": "yellow", "fail": "bold red"}
 
-    Leases compare one replica's clock with another's, so that is the difference that
-    matters; the console's own clock would add the request's round trip to every replica.
+
+def skew_text(seconds: float | None) -> Text:
+    """A replica's host clock against the store's, as it measured it
+    (``nats_scheduler.admin.skew``: the bounds ``status`` and ``doctor`` use).
+
+    The console's own clock would add the request's round trip to every replica, and the
+    replicas fire by the store's clock, so that is the one to compare with.
     """
     if seconds is None:
         return Text(DASH, style="dim")
-    style = "bold red" if abs(seconds) >= 2 else "dim"
+    style = _OFFSET_STYLES[offset_level(seconds)]
     # round first, and + 0.0 turns a rounded -0.0 into 0.0 ("+0.0 s", not "-0.0 s")
     return Text(f"{round(seconds, 1) + 0.0:+.1f} s", style=style)
 
@@ -63,7 +67,7 @@ class ReplicaTable(KeyedTable):
         super().__init__(COLUMNS, **kwargs)
 
     def show(self, replicas: Sequence[ReplicaView], now: datetime) -> None:
-        skews = clock_skews(replicas)
+        skews = store_offsets(replicas)
         self.set_rows([(r.identity, [
             Text(r.identity, style="bold"),
             Text(relative(r.started_at, now).replace(" ago", "")) if r.started_at

@@ -161,7 +161,9 @@ class ReplicaMetrics(msgspec.Struct, frozen=True, kw_only=True):
 class ReplicaView(msgspec.Struct, frozen=True, kw_only=True):
     identity: str
     started_at: datetime | None = None
-    now: datetime | None = None  # the replica's clock, for skew
+    now: datetime | None = None
+    """The replica's clock: the store's time as it estimates it (its host clock, corrected:
+    docs/architecture.md, "One clock: the store's"); the host clock when it has no estimate."""
     in_flight: list[str] = []
     schedules_planned: int = 0
     metrics: ReplicaMetrics | None = None  # None from replicas older than the field
@@ -175,6 +177,12 @@ class ReplicaView(msgspec.Struct, frozen=True, kw_only=True):
     ready: bool = True
     """False while the replica loads its Schedules after a start (it fires nothing yet;
     docs/operations.md, "Restarts"). Replicas older than the field were ready."""
+    server_offset: float | None = None
+    """Its host's clock minus the store's (seconds; positive: the host runs ahead), as its
+    writes' server timestamps measure it; None with no fresh estimate, or from replicas older
+    than the field."""
+    server_offset_error: float | None = None
+    """How far ``server_offset`` may be off (half the measuring round trip)."""
 
 
 class LeaseView(msgspec.Struct, frozen=True, kw_only=True):
@@ -232,6 +240,10 @@ class Health(msgspec.Struct, frozen=True, kw_only=True):
     message: admin/bounded.py); None from replicas older than the field (list complete)."""
     stuck_runs_total: int | None = None
     failed_runs_total: int | None = None
+    server_offset: float | None = None
+    """The answering replica's host clock minus the store's (``ReplicaView.server_offset``):
+    its health judges due times and leases on the store's clock, corrected by this much."""
+    server_offset_error: float | None = None
 
     @property
     def silent_stop_count(self) -> int:

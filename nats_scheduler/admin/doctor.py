@@ -3,7 +3,7 @@
 The provider's guarantees rest on the server (docs/configuration.md): a version with the
 conditional-publish fixes (2.12.3+), JetStream, the streams and bucket set up as the
 provider needs them, the history retention they enforce, replicas on a cluster,
-``sync_interval: always``, least-privilege users and replica clocks that agree.
+``sync_interval: always``, least-privilege users and hosts' clocks near the store's.
 :func:`run_doctor` checks each and says what to do.
 
 The doctor talks to operators of NATS, so unlike the provider's errors (docs/contract.md,
@@ -22,7 +22,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 
 import msgspec
@@ -48,6 +48,7 @@ from ..seam import SchedulerError
 from ..settings import NatsSettings
 from .permissions import ViolationLog, capabilities
 from .reader import REPLICA_STATUS_ENDPOINT, Retention, StoreReader, index_retention
+from .skew import OFFSET_FAIL_SECONDS, OFFSET_WARN_SECONDS, offset_level
 
 __all__ = [
     "Check",
@@ -228,24 +229,37 @@ def permissions_check(abilities: Mapping[str, bool]) -> Check:
     return Check("permissions", Status.OK, f"looks like {role}. {detail}")
 
 
-def clock_check(skews: Mapping[str, float] | None, lease_seconds: float,
+CLOCK_CHECK = "clock vs store"
+
+
+def clock_check(offsets: Mapping[str, float] | None, unmeasured: Sequence[str] = (),
                 reason: str | None = None) -> Check:
-    """Compare replicas' clocks with this one: leases expire by the reader's clock."""
-    if skews is None:
-        return Check("clock skew", Status.WARN, f"unknown: {reason or 'no replica answered'}")
-    if not skews:
-        return Check("clock skew", Status.WARN, "unknown: no replica reported its clock")
-    worst_id, worst = max(skews.items(), key=lambda item: abs(item[1]))
-    shown = f"largest {worst:+.3f} s ({worst_id}) across {len(skews)} replica(s)"
-    if abs(worst) >= lease_seconds / 2:
-        return Check("clock skew", Status.FAIL,
-                     f"{shown}: at least half the lease length ({lease_seconds:g} s), so a "
-                     "replica may take over a Run that is still being dispatched; fix NTP")
-    if abs(worst) >= lease_seconds / 5:
-        return Check("clock skew", Status.WARN,
-                     f"{shown}: keep clocks well within the lease length "
-                     f"({lease_seconds:g} s); check NTP")
-    return Check("clock skew", Status.OK, shown)
+    """Each replica's host clock against the store's, as the replica measured it
+    (``admin/skew.py``: the bounds and why they matter although firing corrects it)."""
+    if offsets is None:
+        return Check(CLOCK_CHECK, Status.WARN, f"unknown: {reason or 'no replica answered'}")
+    missing = ""
+    if unmeasured:
+        named = ", ".join(sorted(unmeasured)[:5]) + (", ..." if len(unmeasured) > 5 else "")
+        missing = (f"; {len(unmeasured)} replica(s) report no estimate ({named}): not "
+                   "joined yet, or a version from before it was reported")
+    if not offsets:
+        return Check(CLOCK_CHECK, Status.WARN, f"unknown{missing}")
+    worst_id, worst = max(offsets.items(), key=lambda item: abs(item[1]))
+    shown = (f"largest {worst:+.3f} s ({worst_id}) across {len(offsets)} replica(s)"
+             f"{missing}")
+    level = offset_level(worst)
+    if level == "fail":
+        return Check(CLOCK_CHECK, Status.FAIL,
+                     f"{shown}: {OFFSET_FAIL_SECONDS:g} s or more off the store's clock. "
+                     "Replicas fire by the store's clock, but one that loses its estimate "
+                     "(a store outage, a restart) reads its host clock, early or late by "
+                     "this much; fix NTP on that host")
+    if level == "warn" or unmeasured:
+        return Check(CLOCK_CHECK, Status.WARN,
+                     f"{shown}: keep hosts within {OFFSET_WARN_SECONDS:g} s of the store; "
+                     "check NTP" if level == "warn" else shown)
+    return Check(CLOCK_CHECK, Status.OK, shown)
 
 
 def _limits(days: float | None, runs: int | None) -> str:
@@ -406,40 +420,49 @@ async def _durability(monitor_url: str | None) -> Check:
 
 class _Replica(msgspec.Struct):
     identity: str
-    now: datetime | None = None
+    server_offset: float | None = None
+
+
+@dataclass(frozen=True)
+class _Offsets:
+    """What the replicas that answered said of their host clocks against the store's."""
+
+    measured: dict[str, float]
+    unmeasured: list[str]
 
 
 async def _replica_clocks(
     nc: Client, names: Names, log: ViolationLog, timeout: float = 1.0, settle: float = 0.15
-) -> dict[str, float] | str:
-    """identity -> clock offset of every live replica, or why it could not be measured.
+) -> _Offsets | str:
+    """Every live replica's own measure of its host clock against the store's, or why they
+    could not be asked.
 
-    A scatter-gather on ``<P>.admin.replica.status``, which every provider process
-    answers with its own ``now`` (admin/service.py). Each answer is compared with the
-    midpoint between sending and its arrival, so network delay halves out.
+    A scatter-gather on ``<P>.admin.replica.status``, which every provider process answers
+    with its ``server_offset`` (admin/service.py): the replica measured it from its own
+    writes' server timestamps, so the doctor's clock and the request's latency play no part.
     """
     subject = f"{names.admin_prefix}.{REPLICA_STATUS_ENDPOINT}"
-    answers: asyncio.Queue[tuple[float, Msg]] = asyncio.Queue()
+    answers: asyncio.Queue[Msg] = asyncio.Queue()
     loop = asyncio.get_running_loop()
 
     async def collect(msg: Msg) -> None:
-        await answers.put((loop.time(), msg))
+        await answers.put(msg)
 
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox, cb=collect)
     try:
         mark = log.mark()
-        sent_wall, sent = datetime.now(UTC), loop.time()
         await nc.publish(subject, b"{}", reply=inbox)
         await log.settle(nc, _TIMEOUT)
         if log.refused_since(mark, "publish", subject):
             return "this user may not ask the replicas (admin replica.status)"
-        skews: dict[str, float] = {}
-        deadline = sent + timeout
+        found = _Offsets(measured={}, unmeasured=[])
+        deadline = loop.time() + timeout
         while (remaining := deadline - loop.time()) > 0:
+            answered = bool(found.measured or found.unmeasured)
             try:
-                arrived, msg = await asyncio.wait_for(
-                    answers.get(), min(remaining, settle) if skews else remaining)
+                msg = await asyncio.wait_for(answers.get(),
+                                             min(remaining, settle) if answered else remaining)
             except TimeoutError:
                 break
             if (msg.headers or {}).get("Status") == "503":
@@ -448,21 +471,22 @@ async def _replica_clocks(
                 replica = msgspec.json.decode(msg.data, type=_Replica)
             except (msgspec.ValidationError, msgspec.DecodeError):
                 continue
-            if replica.now is not None:
-                middle = sent_wall + timedelta(seconds=(arrived - sent) / 2)
-                skews[replica.identity] = (replica.now - middle).total_seconds()
-        return skews or "no scheduler process answered"
+            if replica.server_offset is None:
+                found.unmeasured.append(replica.identity)
+            else:
+                found.measured[replica.identity] = replica.server_offset
+        return found if found.measured or found.unmeasured else "no scheduler process answered"
     finally:
         await sub.unsubscribe()
 
 
-async def _clock(nc: Client, names: Names, settings: NatsSettings, log: ViolationLog
-                 ) -> tuple[Check, int | None]:
+async def _clock(nc: Client, names: Names, log: ViolationLog) -> tuple[Check, int | None]:
     """The clock check, and how many replicas answered (None: unknown)."""
-    measured = await _replica_clocks(nc, names, log)
-    if isinstance(measured, str):
-        return clock_check(None, settings.lease_seconds, measured), None
-    return clock_check(measured, settings.lease_seconds), len(measured)
+    found = await _replica_clocks(nc, names, log)
+    if isinstance(found, str):
+        return clock_check(None, reason=found), None
+    return (clock_check(found.measured, found.unmeasured),
+            len(found.measured) + len(found.unmeasured))
 
 
 def herd_check(busiest: tuple[datetime | None, int], replicas: int | None) -> Check:
@@ -520,7 +544,7 @@ async def run_doctor(settings: NatsSettings, *, monitor_url: str | None = None) 
         checks.append(replication_check(cluster, nodes, replicas, settings.replicas))
         checks.append(await _durability(monitor_url))
         checks.append(permissions_check(await capabilities(nc, log, names, _TIMEOUT)))
-        clock, live = await _clock(nc, names, settings, log)
+        clock, live = await _clock(nc, names, log)
         checks.append(clock)
         checks.append(await _herd(nc, settings, live))
         return DoctorReport(checks)

@@ -407,7 +407,17 @@ class AdminService:
             ready=self.provider.ready,
             metrics=None if running is None else msgspec.convert(
                 running.metrics.snapshot(), ReplicaMetrics, from_attributes=True),
+            **self._offset(),
         ), self._budget())
+
+    def _offset(self) -> dict[str, float]:
+        """``server_offset`` and its error, when this replica has a fresh estimate."""
+        running = self.provider.runtime
+        measured = None if running is None else running.server_offset()
+        if measured is None:
+            return {}
+        offset, error = measured
+        return {"server_offset": offset, "server_offset_error": error}
 
     async def cluster_status(self, _req: _Empty) -> ClusterStatus:
         """Every replica, lease and Run in flight: the lists cut to fit one message, each
@@ -421,8 +431,8 @@ class AdminService:
         running = self.provider.runtime
         skipped = [f"{f.poisoned} skipped, last {f.last_poison}"
                    for f in (running.followers if running else []) if f.poisoned]
-        return bounded_health(msgspec.structs.replace(health, skipped_events=skipped),
-                              self._budget())
+        return bounded_health(msgspec.structs.replace(health, skipped_events=skipped,
+                                                      **self._offset()), self._budget())
 
 
 MAX_BULK_PAGE = 1000

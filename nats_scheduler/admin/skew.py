@@ -1,11 +1,14 @@
-"""Replicas' clock skew, measured the one way that needs no round trip.
+"""Each replica's host clock against the store's clock, and the bounds operators judge it by.
 
-Every replica answers the same ``replica.status`` request with its own ``now`` within
-milliseconds of the others, so comparing each with the replicas' median shows how far the
-replicas disagree, which is what leases depend on (one replica takes over another's lease
-by its own clock). Comparing with the observer's clock *after* the round trip would add
-the request's latency to every replica: one machine would look a third of a second off.
-``nats-scheduler status`` and the console's cluster view both show these numbers.
+A replica fires due times, judges leases and stamps its events by the store's clock as it
+measures it (``nats_scheduler/clock.py``, docs/architecture.md "One clock: the store's"), so
+a host clock that is off no longer makes Runs early. It still matters in the windows where a
+replica has no fresh estimate (the first beat of a start, the store unreachable for longer
+than ``FRESH_SECONDS``): there the replica reads its host clock, off by exactly this offset.
+Each replica reports the offset it measures (``ReplicaView.server_offset``); comparing
+replicas with each other, or with an observer's clock after a round trip, would add the
+request's latency and measure nothing the firing uses. ``nats-scheduler status``,
+``doctor`` and the console's cluster view show these numbers with the same bounds.
 """
 
 from __future__ import annotations
@@ -14,17 +17,24 @@ from collections.abc import Sequence
 
 from .api import ReplicaView
 
+OFFSET_WARN_SECONDS = 0.25
+"""A host clock this far from the store's is worth a look: NTP keeps hosts within
+milliseconds, so the daemon is struggling or gone."""
 
-def clock_skews(replicas: Sequence[ReplicaView]) -> dict[str, float]:
-    """Each replica's clock minus the replicas' median clock, in seconds.
+OFFSET_FAIL_SECONDS = 1.0
+"""A host clock this far off fails ``doctor``: a replica that loses its estimate (a store
+outage, a restart) would fire its due times early or late by that much until the next
+sample, and Quartz's rule for clustered schedulers is one second."""
 
-    With an even number of replicas the upper middle one is the reference (its own skew
-    is 0), so a single odd one out shows as the one that is off. Replicas that did not
-    report a clock are left out.
-    """
-    clocks = {r.identity: r.now for r in replicas if r.now is not None}
-    if not clocks:
-        return {}
-    ordered = sorted(clocks.values())
-    median = ordered[len(ordered) // 2]
-    return {identity: (at - median).total_seconds() for identity, at in clocks.items()}
+
+def store_offsets(replicas: Sequence[ReplicaView]) -> dict[str, float]:
+    """Identity -> host clock minus the store's (seconds), for replicas that measured it."""
+    return {r.identity: r.server_offset for r in replicas if r.server_offset is not None}
+
+
+def offset_level(seconds: float) -> str:
+    """``ok``, ``warn`` or ``fail`` for an offset, by the bounds above."""
+    size = abs(seconds)
+    if size >= OFFSET_FAIL_SECONDS:
+        return "fail"
+    return "warn" if size >= OFFSET_WARN_SECONDS else "ok"

@@ -12,7 +12,7 @@ import msgspec
 
 from ..admin.api import ClusterStatus, Health, ReplicaMetrics, ReplicaView, RunView, StoreHealth
 from ..admin.doctor import run_doctor
-from ..admin.skew import clock_skews
+from ..admin.skew import store_offsets
 from .common import (
     EXIT_OK,
     EXIT_UNHEALTHY,
@@ -111,9 +111,14 @@ def metrics_line(m: ReplicaMetrics | None) -> str:
     ])
 
 
-def _replica_row(r: ReplicaView, skews: dict[str, float]) -> list[object]:
+def offset_text(seconds: float | None) -> str:
+    """A host clock against the store's: ``+0.003s``, ``-`` when not measured."""
     # round first, and + 0.0 turns a rounded -0.0 into 0.0 ("+0.000s", not "-0.000s")
-    skew = f"{round(skews[r.identity], 3) + 0.0:+.3f}s" if r.identity in skews else "-"
+    return "-" if seconds is None else f"{round(seconds, 3) + 0.0:+.3f}s"
+
+
+def _replica_row(r: ReplicaView, offsets: dict[str, float]) -> list[object]:
+    skew = offset_text(offsets.get(r.identity))
     m = r.metrics
     return [r.identity, when(r.started_at), skew, r.in_flight_count, r.schedules_planned,
             None if m is None else sum(m.runs_created.values()),
@@ -123,10 +128,10 @@ def _replica_row(r: ReplicaView, skews: dict[str, float]) -> list[object]:
 
 def _replicas(replicas: list[ReplicaView]) -> list[str]:
     """The replicas' table (a few figures), then one line per replica with all of them."""
-    skews = clock_skews(replicas)
-    table_text = table(["IDENTITY", "STARTED", "CLOCK SKEW", "IN FLIGHT", "PLANNED", "RUNS",
-                        "FAILED", "LATE P99 STORED/STARTED"],
-                       [_replica_row(r, skews) for r in replicas])
+    offsets = store_offsets(replicas)
+    table_text = table(["IDENTITY", "STARTED", "CLOCK VS STORE", "IN FLIGHT", "PLANNED",
+                        "RUNS", "FAILED", "LATE P99 STORED/STARTED"],
+                       [_replica_row(r, offsets) for r in replicas])
     lines = ["  " + line for line in table_text.splitlines()]
     lines.append("figures since each replica started:")
     lines += [f"  {r.identity}: {metrics_line(r.metrics)}" for r in replicas]
@@ -155,6 +160,9 @@ def status_text(status: ClusterStatus, health: Health) -> str:
     lines.append("health: " + ("ok" if healthy(health) else "PROBLEMS"))
     lines.append("  silent stops: " + (", ".join(health.silent_stops) or "none")
                  + _more(health.silent_stop_count, health.silent_stops))
+    if health.server_offset is not None:
+        lines.append(f"  clock vs store (answering replica): {offset_text(health.server_offset)}"
+                     f" ±{health.server_offset_error or 0.0:.3f}s")
     for skipped in health.skipped_events:
         lines.append(f"  skipped events: {skipped}")
     lines += ["  " + line for line in _runs("stuck runs", health.stuck_runs,

@@ -55,7 +55,7 @@ class InstrumentSpec:
     """One instrument as exported: what an operator reads in docs/operations.md."""
 
     name: str
-    kind: Literal["counter", "histogram", "updowncounter"]
+    kind: Literal["counter", "histogram", "updowncounter", "gauge"]
     unit: str
     description: str
     attributes: tuple[str, ...] = ()
@@ -107,9 +107,15 @@ RUNS_IN_FLIGHT = InstrumentSpec(
     "astrabox.scheduler.runs.in_flight", "updowncounter", "{run}",
     "Runs this process holds the lease of right now")
 
+CLOCK_OFFSET = InstrumentSpec(
+    "astrabox.scheduler.clock.offset", "gauge", "s",
+    "This host's clock minus the store's (the server's timestamps on this process's own "
+    "writes): positive when the host runs ahead. Firing corrects it; a large one means NTP "
+    "is broken on this host")
+
 INSTRUMENTS = (FIRE_LATENESS, RUNS_CREATED, RUNS_DISPATCHED, RUNS_FAILED, DISPATCH_ATTEMPTS,
                DISPATCH_RETRIES, TAKEOVERS, STALE_FIRE_READS, STALE_SCHEDULE_COPIES,
-               STORE_ERRORS, EVENTS_SKIPPED, SCHEDULES, RUNS_IN_FLIGHT)
+               STORE_ERRORS, EVENTS_SKIPPED, SCHEDULES, RUNS_IN_FLIGHT, CLOCK_OFFSET)
 """Every instrument the provider exports (docs/operations.md lists the same)."""
 
 
@@ -178,6 +184,8 @@ class Metrics:
         self._gauges = {spec.name: meter.create_up_down_counter(spec.name, spec.unit,
                                                                  spec.description)
                         for spec in INSTRUMENTS if spec.kind == "updowncounter"}
+        self._offset = meter.create_gauge(CLOCK_OFFSET.name, CLOCK_OFFSET.unit,
+                                          CLOCK_OFFSET.description)
         self._counts: Counter[tuple[str, str]] = Counter()
         self._lateness: dict[str, deque[float]] = {
             stage: deque(maxlen=LATENESS_WINDOW) for stage in ("stored", "started")}
@@ -231,6 +239,10 @@ class Metrics:
     def event_skipped(self, stream: Literal["schedules", "runs"]) -> None:
         """A projection refused a message on the event subjects (a poison event)."""
         self._count(EVENTS_SKIPPED, stream, {"stream": stream})
+
+    def clock_offset(self, seconds: float) -> None:
+        """This host's clock minus the store's, as the newest estimate has it."""
+        self._offset.set(seconds)
 
     def holding(self, delta: int) -> None:
         """This process took (+1) or gave up (-1) the lease of a Run."""

@@ -37,6 +37,7 @@ from ..clock import Clock, ServerClock, sleep_for
 from ..core.events import RunRecord, ScheduleRecord, decode_run_event, decode_schedule_event
 from ..core.ownership import owner, owner_key
 from ..core.runcore import RetryPolicy
+from ..core.serverclock import Sample
 from ..jetstream.connection import connect
 from ..jetstream.follower import Follower
 from ..jetstream.history import RunHistory, retention_slice
@@ -124,7 +125,9 @@ class Runtime:
         self._closing: set[asyncio.Task[None]] = set()
         self._retention_cursor = 0
         self.began = clock.now()
-        """When this process started: the ticker's first due times count from here."""
+        """When this process started, by the store's clock once it is known (the ticker's
+        first due times count from here)."""
+        self._began_mark: float | None = None
         self._ready = asyncio.Event()
         self._ready_failed: BaseException | None = None
 
@@ -138,7 +141,11 @@ class Runtime:
         ``meter_provider``: where the metrics go; None is the global one (no-op unless the
         host installed an OpenTelemetry SDK).
         """
+        clock = ServerClock.wrap(clock)
         began = clock.now()
+        # read again once the store's clock is known (_become_ready): a host clock minutes
+        # off would otherwise skip (ahead) or backfill (behind) that many minutes of due times
+        began_mark = clock.mark() if isinstance(clock, ServerClock) else None
         metrics = Metrics(meter_provider)
         store = Store(await connect(settings, identity), settings, count_error=metrics.store_error)
         try:
@@ -147,6 +154,7 @@ class Runtime:
             runtime = cls(store, ledger=ledger, table=table, clock=clock, identity=identity,
                           metrics=metrics)
             runtime.began = began
+            runtime._began_mark = began_mark
             await runtime._load_projections(settings)
         except BaseException:
             await store.close()
@@ -203,7 +211,7 @@ class Runtime:
             clock = self._clock
             presence = await Presence.open(
                 self.store.js, self.store.names, self._identity, replicas=self.settings.replicas,
-                **({"on_sample": clock.observe, "wall": clock.wall_seconds}
+                **({"on_sample": self._observe, "wall": clock.wall_seconds}
                    if isinstance(clock, ServerClock) else {}))
             await presence.start()
         except Exception as exc:
@@ -249,6 +257,7 @@ class Runtime:
                 except TimeoutError:
                     log.warning("loading the schedules makes no progress; still waiting")
             await self._join()
+            self._correct_began()
             records = self.table.all()
             self.table.subscribe(ticker.update)  # changes from now on plan themselves
             self.metrics.watch_schedules(records, self.table.subscribe)
@@ -266,6 +275,27 @@ class Runtime:
         self._ready.set()
         log.info("schedules loaded: %d (%d planned)", len(records), ticker.planned)
         await self._warm_up()
+
+    def _observe(self, sample: Sample) -> None:
+        """One presence beat's timing: the store's clock estimated again, the offset gauge."""
+        clock = self._clock
+        assert isinstance(clock, ServerClock)
+        clock.observe(sample)
+        offset = clock.offset()
+        if offset is not None:
+            self.metrics.clock_offset(offset)
+
+    def _correct_began(self) -> None:
+        """``began`` on the store's clock: the first sample came with joining the replicas."""
+        clock, mark = self._clock, self._began_mark
+        if isinstance(clock, ServerClock) and mark is not None and clock.estimate() is not None:
+            self.began = clock.at(mark)
+
+    @property
+    def clock(self) -> Clock:
+        """The clock this process decides by: the store's, as this replica measures it
+        (``ServerClock``), when the injected clock follows the host's wall clock."""
+        return self._clock
 
     def server_offset(self) -> tuple[float, float] | None:
         """This host's clock minus the store's and its error bound (seconds); None unknown."""
