@@ -12,21 +12,27 @@ Layout under a prefix ``P`` (``ASTRABOX_NATS_PREFIX``, default ``SCHED``)::
 ``<deployment>`` and ``<run>`` are :func:`token` encodings of the IDs: any string AstraBox
 sends becomes exactly one subject token, so an ID can never add a token, contain a wildcard
 or widen a filter (``list_runs('a')`` never sees ``a.b``, whose token is ``a%2Eb``).
-docs/architecture.md and docs/audit.md show these names with sample messages.
+A bucket ``B`` is the stream ``KV_B`` and its key ``K`` the subject ``$KV.B.K``; the
+server's own API is under ``$JS.API`` (built here too, for the permission probes and the
+batched reads). docs/architecture.md and docs/audit.md show these names with sample messages.
+
+Only constants and pure builders live here (tests/test_names.py holds every other module to
+that: none spells a name itself). What is drawn or counted, such as the nonces in the
+Msg-Ids of a writer's decisions, belongs to the writer (``jetstream/decisions.py``).
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import itertools
 import os
 import re
-import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-# Header names, grouped by the ADR that defines them (see nats.js.api.Header).
+# Header names, grouped by the ADR that defines them (see nats.js.api.Header). They live here,
+# not in a ``jetstream/headers.py``, because the admin service's error headers are names of the
+# same kind and are no part of ``jetstream/``: one module holds every name the provider uses.
 # JetStream publish: de-duplication and optimistic concurrency.
 HDR_MSG_ID = "Nats-Msg-Id"
 HDR_EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
@@ -36,6 +42,96 @@ HDR_TTL = "Nats-TTL"
 HDR_BATCH_ID = "Nats-Batch-Id"
 HDR_BATCH_SEQUENCE = "Nats-Batch-Sequence"
 HDR_BATCH_COMMIT = "Nats-Batch-Commit"
+# ADR-31: what a direct get answers with, on each message and on the end-of-batch status.
+HDR_SEQUENCE = "Nats-Sequence"
+HDR_SUBJECT = "Nats-Subject"
+HDR_TIME_STAMP = "Nats-Time-Stamp"
+HDR_NUM_PENDING = "Nats-Num-Pending"
+HDR_LAST_SEQUENCE = "Nats-Last-Sequence"
+# ADR-8: a key-value entry's operation (``DEL``, ``PURGE``; absent for a put).
+HDR_KV_OPERATION = "KV-Operation"
+# ADR-32 (nats.micro): an error answer of a service.
+HDR_SERVICE_ERROR = "Nats-Service-Error"
+HDR_SERVICE_ERROR_CODE = "Nats-Service-Error-Code"
+# The protocol's status line, as nats-py hands it over (``NATS/1.0 503 No Responders``).
+HDR_STATUS = "Status"
+HDR_DESCRIPTION = "Description"
+
+# ------------------------------------------------------------------ the server's own subjects
+JS_API = "$JS.API"
+"""The JetStream API's subjects (ADR-1); a permission names them to allow or deny a call."""
+
+JS_API_INFO = f"{JS_API}.INFO"
+"""The account's JetStream information (``nats account info``)."""
+
+_KV_STREAM_PREFIX = "KV_"
+
+
+def stream_info_subject(stream: str) -> str:
+    """The JetStream API call that reads a stream's configuration and state."""
+    return f"{JS_API}.STREAM.INFO.{stream}"
+
+
+def stream_create_subject(stream: str) -> str:
+    return f"{JS_API}.STREAM.CREATE.{stream}"
+
+
+def stream_delete_subject(stream: str) -> str:
+    return f"{JS_API}.STREAM.DELETE.{stream}"
+
+
+def stream_purge_subject(stream: str) -> str:
+    return f"{JS_API}.STREAM.PURGE.{stream}"
+
+
+def stream_msg_get_subject(stream: str) -> str:
+    """The JetStream API call that reads one message from the stream leader."""
+    return f"{JS_API}.STREAM.MSG.GET.{stream}"
+
+
+def stream_msg_delete_subject(stream: str) -> str:
+    return f"{JS_API}.STREAM.MSG.DELETE.{stream}"
+
+
+def consumer_create_subject(stream: str) -> str:
+    return f"{JS_API}.CONSUMER.CREATE.{stream}"
+
+
+def direct_get_subject(stream: str) -> str:
+    """A direct get (ADR-31): answered by any replica of the stream, batches included."""
+    return f"{JS_API}.DIRECT.GET.{stream}"
+
+
+def kv_stream(bucket: str) -> str:
+    """The stream behind a key-value bucket (ADR-8)."""
+    return f"{_KV_STREAM_PREFIX}{bucket}"
+
+
+def is_kv_stream(stream: str) -> bool:
+    """Whether a stream is the one behind a key-value bucket."""
+    return stream.startswith(_KV_STREAM_PREFIX)
+
+
+def kv_subject(bucket: str, key: str) -> str:
+    """The subject a bucket's key is stored on (a KV key is a subject of its bucket)."""
+    return f"$KV.{bucket}.{key}"
+
+
+def kv_filter(bucket: str) -> str:
+    """Every key of a bucket: its stream's subjects."""
+    return f"$KV.{bucket}.>"
+
+
+def inbox_filter(inbox: str) -> str:
+    """Every reply subject under one inbox: a standing subscription answers many requests,
+    each reply subject :func:`inbox_reply_prefix` plus a token of the request."""
+    return f"{inbox}.*"
+
+
+def inbox_reply_prefix(inbox: str) -> str:
+    """What a reply subject under ``inbox`` starts with (the request's token follows)."""
+    return f"{inbox}."
+
 
 SERVICE_NAME = "astrabox-scheduler"
 
@@ -137,25 +233,16 @@ def enqueued_create_msg_id(run_id: str) -> str:
     return f"{run_id}:0"
 
 
-_WRITER_NONCE = secrets.token_hex(6)
-"""This process's part of its decisions' Msg-Ids: unique per process, drawn once."""
+def run_event_msg_id(run_id: str, expected_seq: int, decision: str) -> str:
+    """Msg-Id of a later event of a Run, appended on ``expected_seq``.
 
-_decisions = itertools.count(1)
-
-
-def _decision() -> str:
-    """A nonce unique to one decision of this process (cheaper than a random draw each)."""
-    return f"{_WRITER_NONCE}{next(_decisions):x}"
+    ``decision`` is the writer's nonce for this decision (``jetstream/decisions.py``)."""
+    return f"{run_id}:{expected_seq}:{decision}"
 
 
-def run_event_msg_id(run_id: str, expected_seq: int) -> str:
-    """Msg-Id of a later event of a Run, appended on ``expected_seq``."""
-    return f"{run_id}:{expected_seq}:{_decision()}"
-
-
-def schedule_event_msg_id(deployment_id: str, expected_seq: int) -> str:
-    """Msg-Id of a Schedule event appended on ``expected_seq``."""
-    return f"{token(deployment_id)}:{expected_seq}:{_decision()}"
+def schedule_event_msg_id(deployment_id: str, expected_seq: int, decision: str) -> str:
+    """Msg-Id of a Schedule event appended on ``expected_seq`` (``decision``: as above)."""
+    return f"{token(deployment_id)}:{expected_seq}:{decision}"
 
 
 @dataclass(frozen=True)
@@ -192,12 +279,31 @@ class Names:
     @property
     def leases_stream(self) -> str:
         """The stream behind the lease bucket (its keys' subjects: :meth:`lease_subject`)."""
-        return f"KV_{self.leases_bucket}"
+        return kv_stream(self.leases_bucket)
+
+    @property
+    def leases_filter(self) -> str:
+        """Every key of the lease bucket: its stream's subjects."""
+        return kv_filter(self.leases_bucket)
 
     @property
     def replicas_bucket(self) -> str:
         """One key per live provider replica, re-put every beat (``jetstream/presence.py``)."""
         return f"{self.prefix}_REPLICAS"
+
+    @property
+    def replicas_stream(self) -> str:
+        """The stream behind the replicas bucket (written without atomic batches)."""
+        return kv_stream(self.replicas_bucket)
+
+    @property
+    def replicas_filter(self) -> str:
+        return kv_filter(self.replicas_bucket)
+
+    def absent_stream(self, nonce: str) -> str:
+        """A stream name no installation uses: permission probes aim at it, so an allowed
+        call finds nothing to change (``admin/permissions.py``)."""
+        return f"{self.prefix}_DOCTOR_PROBE_{nonce.upper()}"
 
     @property
     def schedules_filter(self) -> str:
@@ -211,6 +317,15 @@ class Names:
     def admin_prefix(self) -> str:
         return f"{self.prefix}.admin"
 
+    def admin_subject(self, endpoint: str) -> str:
+        """The subject of an admin service endpoint (``schedules.hold``, ``health``, ...)."""
+        return f"{self.admin_prefix}.{endpoint}"
+
+    @property
+    def admin_filter(self) -> str:
+        """Every admin endpoint: what a provider process subscribes to."""
+        return f"{self.admin_prefix}.>"
+
     def schedule_subject(self, deployment_id: str) -> str:
         return f"{self.prefix}.sched.{token(deployment_id)}"
 
@@ -219,6 +334,10 @@ class Names:
 
     def run_subject(self, deployment_id: str, run_id: str) -> str:
         return f"{self.prefix}.run.{token(deployment_id)}.{token(run_id)}"
+
+    def is_run_subject(self, subject: str) -> bool:
+        """Whether ``subject`` is a Run's (stored in the runs stream), not a Schedule's."""
+        return subject.startswith(f"{self.prefix}.run.")
 
     def run_lookup_filter(self, run_id: str) -> str:
         """Matches the one subject of ``run_id`` whatever its deployment."""
@@ -230,12 +349,16 @@ class Names:
 
     def lease_subject(self, run_id: str) -> str:
         """The subject a Run's lease key is stored on (a KV key is a subject of its bucket)."""
-        return f"$KV.{self.leases_bucket}.{token(run_id)}"
+        return kv_subject(self.leases_bucket, self.lease_key(run_id))
 
     def replica_key(self, identity: str) -> str:
         """The replicas bucket's key of a provider replica: its :func:`token`, with ``=``
         for ``%`` (a KV key may not hold ``%``; identities hold dots, e.g. a host name)."""
         return token(identity).replace("%", "=")
+
+    def replica_subject(self, identity: str) -> str:
+        """The subject a replica's key is stored on."""
+        return kv_subject(self.replicas_bucket, self.replica_key(identity))
 
     def replica_of_key(self, key: str) -> str:
         """The inverse of :meth:`replica_key`."""

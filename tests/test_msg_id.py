@@ -81,3 +81,18 @@ async def test_run_now_creates_carry_the_run_id_as_msg_id(nats_url: str) -> None
         assert keyed_id == f"req:{keyed.run_id}"
         assert fresh_id == f"{fresh.run_id}:0"
         assert not SCHEDULED_MSG_ID.match(keyed_id) and not SCHEDULED_MSG_ID.match(fresh_id)
+
+
+async def test_later_events_carry_the_writers_decision_nonce(nats_url: str) -> None:
+    """A Schedule event's Msg-Id: ``<deployment token>:<expected sequence>:<nonce>``, the
+    nonce being the writing store's part (drawn once per store) and its count, in hex."""
+    async with running(nats_url, unique_prefix()) as provider:
+        await provider.apply(Schedule(DEP, "report", "30 2 * * *", "Europe/Berlin", True,
+                                      RunPayload("agent:reporter", "Summarise"), 1))
+        names = provider.store.names
+        msg = await provider.store.js.get_msg(
+            names.schedules_stream, seq=1, subject=names.schedule_subject(DEP), next=True)
+        msg_id = (msg.headers or {})[HDR_MSG_ID]
+        writer = provider.store.decisions.writer
+        assert re.fullmatch(r"[0-9a-f]{12}", writer)
+        assert re.fullmatch(rf"{re.escape(token(DEP))}:0:{writer}[0-9a-f]+", msg_id), msg_id

@@ -8,13 +8,14 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import datetime
+from datetime import UTC, datetime
 
 import msgspec
 import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
+from nats_scheduler.clock import Clock, ManualClock
 from nats_scheduler.jetstream.presence import Presence, PresenceValue
 from nats_scheduler.names import Names
 from nats_scheduler.natsserver.process import NatsServer
@@ -47,10 +48,11 @@ async def join(nats_url: str) -> AsyncIterator[Join]:
     started: list[tuple[Presence, Client]] = []
 
     async def start(identity: str, *, beat: float = SLOW_BEAT,
-                    elapsed: Callable[[], float] = time.monotonic) -> Presence:
+                    elapsed: Callable[[], float] = time.monotonic,
+                    clock: Clock | None = None) -> Presence:
         nc = await connect_fast(nats_url)
         presence = await Presence.open(nc.jetstream(timeout=2.0), names, identity, replicas=1,
-                                       beat_seconds=beat, elapsed=elapsed)
+                                       beat_seconds=beat, elapsed=elapsed, clock=clock)
         await presence.start()
         started.append((presence, nc))
         return presence
@@ -96,6 +98,18 @@ async def test_the_bucket_and_a_key_as_an_operator_sees_them(join: Join) -> None
     config = (await kv.status()).stream_info.config
     assert config.max_msgs_per_subject == 1 and config.max_age == 30.0
     assert config.name == f"KV_{names.prefix}_REPLICAS"
+
+
+async def test_the_times_in_a_key_come_from_the_injected_clock(join: Join) -> None:
+    """The runtime's clock, not the host's: ``started_at`` and ``beat_at`` read as the
+    time the provider fires by (they are for people; liveness is judged on elapsed time)."""
+    clock = ManualClock(datetime(2031, 5, 6, 7, 8, tzinfo=UTC))
+    a = await join("replica-clocked", clock=clock)
+    names: Names = join.names  # type: ignore[attr-defined]
+    kv = await connection(a).jetstream().key_value(names.replicas_bucket)
+    entry = await kv.get(names.replica_key("replica-clocked"))
+    value = msgspec.json.decode(entry.value or b"", type=PresenceValue)
+    assert value.started_at == value.beat_at == clock.now()
 
 
 async def test_a_replica_that_stops_beating_drops_out_after_the_window(join: Join) -> None:

@@ -28,7 +28,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from ..clock import Clock
 from ..core.events import AnyEvent, decode_event
-from ..names import Names
+from ..names import HDR_SERVICE_ERROR, HDR_SERVICE_ERROR_CODE, HDR_STATUS, Names
 from . import api
 from .health import HealthPolicy
 from .permissions import Probe, ViolationLog
@@ -92,7 +92,7 @@ class AdminClient:
 
     async def _call(self, endpoint: str, request: msgspec.Struct | None, answer: type[A],
                     *, timeout: float | None = None) -> A:
-        subject = f"{self.names.admin_prefix}.{endpoint}"
+        subject = self.names.admin_subject(endpoint)
         body = _encoder.encode(request) if request is not None else b"{}"
         wait = timeout or self.timeout
         mark = self._violations.mark()
@@ -250,7 +250,7 @@ class AdminClient:
         of a following PING); then an empty request to an action endpoint, which validation
         refuses without any effect: an ``invalid_request`` answer proves a process listens.
         """
-        subject = f"{self.names.admin_prefix}.schedules.hold"
+        subject = self.names.admin_subject("schedules.hold")
         try:
             permitted = await self._violations.allowed(
                 self.nc, Probe("request actions", subject, mutating=True),
@@ -307,14 +307,14 @@ async def _wrap_list(views: Awaitable[list[api.ScheduleView]]) -> api.ScheduleLi
 
 def _decode_answer(msg: Msg, answer: type[A]) -> A:
     headers = msg.headers or {}
-    if headers.get("Status") == "503":
+    if headers.get(HDR_STATUS) == "503":
         raise _NoService("no scheduler process is running")
-    if "Nats-Service-Error-Code" in headers or msg.data.startswith(b'{"error"'):
+    if HDR_SERVICE_ERROR_CODE in headers or msg.data.startswith(b'{"error"'):
         try:
             error = msgspec.json.decode(msg.data, type=api.ErrorAnswer).error
         except (msgspec.ValidationError, msgspec.DecodeError):
             raise api.AdminError(api.ErrorCode.INTERNAL,
-                             headers.get("Nats-Service-Error") or "the scheduler failed") from None
+                             headers.get(HDR_SERVICE_ERROR) or "the scheduler failed") from None
         raise api.AdminError(error.code, error.message)
     try:
         return msgspec.json.decode(msg.data, type=answer)

@@ -43,7 +43,7 @@ from ..jetstream.connection import (
     server_version,
 )
 from ..jetstream.store import Store, incompatibilities
-from ..names import Names
+from ..names import HDR_STATUS, JS_API_INFO, Names, is_kv_stream, stream_info_subject
 from ..seam import SchedulerError
 from ..settings import NatsSettings
 from .permissions import ViolationLog, capabilities
@@ -318,9 +318,9 @@ async def _jetstream_check(nc: Client, log: ViolationLog) -> Check:
         return Check("jetstream", Status.FAIL,
                      f"JetStream is not usable for this account: {exc.description}")
     except (TimeoutError, nats.errors.TimeoutError):
-        if log.refused_since(mark, "publish", "$JS.API.INFO"):
+        if log.refused_since(mark, "publish", JS_API_INFO):
             return Check("jetstream", Status.WARN, "unknown: this user may not read the "
-                         "account's JetStream information ($JS.API.INFO)")
+                         f"account's JetStream information ({JS_API_INFO})")
         return Check("jetstream", Status.FAIL, "JetStream did not answer")
     limits = account.limits
     return Check("jetstream", Status.OK,
@@ -332,8 +332,8 @@ async def _jetstream_check(nc: Client, log: ViolationLog) -> Check:
 def _wanted_configs(nc: Client, settings: NatsSettings) -> list[StreamConfig]:
     names = Names(settings.prefix)
     configs = Store(nc, settings).stream_configs()
-    for bucket in (names.leases_bucket, names.replicas_bucket):
-        configs.append(StreamConfig(name=f"KV_{bucket}", subjects=[f"$KV.{bucket}.>"]))
+    configs.append(StreamConfig(name=names.leases_stream, subjects=[names.leases_filter]))
+    configs.append(StreamConfig(name=names.replicas_stream, subjects=[names.replicas_filter]))
     return configs
 
 
@@ -357,7 +357,7 @@ async def _stream_checks(
                                 "is not a new installation, check ASTRABOX_NATS_PREFIX)"))
             continue
         except (TimeoutError, nats.errors.TimeoutError):
-            refused = log.refused_since(mark, "publish", f"$JS.API.STREAM.INFO.{name}")
+            refused = log.refused_since(mark, "publish", stream_info_subject(name))
             checks.append(Check(f"stream {name}", Status.WARN,
                                 "this user may not read it" if refused else "no answer"))
             continue
@@ -367,13 +367,13 @@ async def _stream_checks(
             continue
         replicas[name] = info.config.num_replicas or 1
         cluster = cluster or (info.cluster.name if info.cluster is not None else None)
-        problems = [] if name.startswith("KV_") else incompatibilities(wanted, info.config)
+        problems = [] if is_kv_stream(name) else incompatibilities(wanted, info.config)
         if problems:
             checks.append(Check(f"stream {name}", Status.FAIL, "; ".join(problems)))
             continue
         shown = (f"R{replicas[name]}, {info.state.messages} message(s), "
                  f"{info.state.bytes / 2**20:.1f} MiB")
-        if not info.config.allow_atomic and name != f"KV_{Names(settings.prefix).replicas_bucket}":
+        if not info.config.allow_atomic and name != Names(settings.prefix).replicas_stream:
             checks.append(Check(f"stream {name}", Status.WARN,
                                 f"{shown}; set up by an older release without atomic batches "
                                 "(allow_atomic): written one message at a time, slower; an "
@@ -389,7 +389,7 @@ async def _retention(nc: Client, settings: NatsSettings, log: ViolationLog) -> C
     try:
         found = await index_retention(nc.jetstream(timeout=_TIMEOUT), Names(settings.prefix))
     except (TimeoutError, nats.errors.TimeoutError):
-        refused = log.refused_since(mark, "publish", f"$JS.API.STREAM.INFO.{stream}")
+        refused = log.refused_since(mark, "publish", stream_info_subject(stream))
         return Check("history retention", Status.WARN,
                      f"unknown: {'this user may not read' if refused else 'no answer for'} "
                      f"stream {stream}")
@@ -441,7 +441,7 @@ async def _replica_clocks(
     with its ``server_offset`` (admin/service.py): the replica measured it from its own
     writes' server timestamps, so the doctor's clock and the request's latency play no part.
     """
-    subject = f"{names.admin_prefix}.{REPLICA_STATUS_ENDPOINT}"
+    subject = names.admin_subject(REPLICA_STATUS_ENDPOINT)
     answers: asyncio.Queue[Msg] = asyncio.Queue()
     loop = asyncio.get_running_loop()
 
@@ -465,7 +465,7 @@ async def _replica_clocks(
                                              min(remaining, settle) if answered else remaining)
             except TimeoutError:
                 break
-            if (msg.headers or {}).get("Status") == "503":
+            if (msg.headers or {}).get(HDR_STATUS) == "503":
                 return "no scheduler process is running"
             try:
                 replica = msgspec.json.decode(msg.data, type=_Replica)

@@ -66,7 +66,7 @@ from ..core.events import (
 )
 from ..core.runcore import TransitionError, evolve
 from ..jetstream.leases import LeaseValue
-from ..names import Names, scheduled_run_id
+from ..names import Names, due_token, scheduled_run_id
 from ..projections.ledger import Ledger
 from ..runtime.firing import NOT_STARTED_AFTER_PAUSE, PAUSE_VISIBILITY_SECONDS
 from ..seam import RunState, Trigger
@@ -530,7 +530,8 @@ def _inactive_since(events: ScheduleHistory, instant: datetime) -> datetime | No
 
 
 def _due_subject(deployment_id: str, due: datetime) -> str:
-    return f"{deployment_id}@{due.astimezone(UTC).strftime('%Y-%m-%dT%H:%MZ')}"
+    """A due time of a deployment as a violation names it: ``<deployment>@<due token>``."""
+    return f"{deployment_id}@{due_token(due)}"
 
 
 def _invented(run: RunRecord, first: StoredEvent, events: ScheduleHistory,

@@ -26,7 +26,17 @@ from typing import Literal
 
 from nats.aio.client import Client
 
-from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, Names
+from ..names import (
+    HDR_EXPECTED_LAST_SUBJECT_SEQUENCE,
+    Names,
+    consumer_create_subject,
+    stream_create_subject,
+    stream_delete_subject,
+    stream_info_subject,
+    stream_msg_delete_subject,
+    stream_msg_get_subject,
+    stream_purge_subject,
+)
 
 Kind = Literal["publish", "subscription"]
 
@@ -99,34 +109,33 @@ def probes(names: Names, nonce: str | None = None) -> list[Probe]:
     """The probes for the scheduler's streams, buckets and admin service under ``names``."""
     nonce = nonce or secrets.token_hex(4)
     probe_id = names.lease_key(f"doctor-probe-{nonce}")
-    probe_replica = names.replica_key(f"doctor-probe-{nonce}")
-    absent_stream = f"{names.prefix}_DOCTOR_PROBE_{nonce.upper()}"
+    probe_replica = f"doctor-probe-{nonce}"
+    absent_stream = names.absent_stream(nonce)
     never = {HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: _IMPOSSIBLE_SEQUENCE}
-    api = "$JS.API"
     return [
-        Probe("read events", f"{api}.STREAM.MSG.GET.{names.runs_stream}",
+        Probe("read events", stream_msg_get_subject(names.runs_stream),
               payload=b'{"last_by_subj": "%s"}' % names.run_subject(probe_id, probe_id).encode()),
-        Probe("watch events", f"{api}.CONSUMER.CREATE.{names.runs_stream}",
+        Probe("watch events", consumer_create_subject(names.runs_stream),
               payload=b'{"stream_name": "%s"}' % absent_stream.encode()),
-        Probe("read leases", f"{api}.STREAM.INFO.KV_{names.leases_bucket}"),
-        Probe("read replicas", f"{api}.STREAM.INFO.KV_{names.replicas_bucket}"),
-        Probe("read through the admin service", f"{names.admin_prefix}.health"),
+        Probe("read leases", stream_info_subject(names.leases_stream)),
+        Probe("read replicas", stream_info_subject(names.replicas_stream)),
+        Probe("read through the admin service", names.admin_subject("health")),
         Probe("request actions (hold, release, Run now, Replay)",
-              f"{names.admin_prefix}.schedules.hold", mutating=True),
+              names.admin_subject("schedules.hold"), mutating=True),
         Probe("append Schedule events", names.schedule_subject(probe_id),
               payload=b"{}", headers=never, mutating=True),
         Probe("append Run events", names.run_subject(probe_id, probe_id),
               payload=b"{}", headers=never, mutating=True),
-        Probe("change leases", f"$KV.{names.leases_bucket}.{probe_id}",
+        Probe("change leases", names.lease_subject(probe_id),
               payload=b"{}", headers=never, mutating=True),
-        Probe("announce replicas", f"$KV.{names.replicas_bucket}.{probe_replica}",
+        Probe("announce replicas", names.replica_subject(probe_replica),
               payload=b"{}", headers=never, mutating=True),
-        Probe("create streams", f"{api}.STREAM.CREATE.{names.runs_stream}",
+        Probe("create streams", stream_create_subject(names.runs_stream),
               payload=b'{"name": "%s"}' % absent_stream.encode(), mutating=True),
-        Probe("delete streams", f"{api}.STREAM.DELETE.{absent_stream}", mutating=True),
-        Probe("purge streams", f"{api}.STREAM.PURGE.{absent_stream}", mutating=True),
-        Probe("delete events", f"{api}.STREAM.MSG.DELETE.{absent_stream}", mutating=True),
-        Probe("serve the admin service", f"{names.admin_prefix}.>", kind="subscription",
+        Probe("delete streams", stream_delete_subject(absent_stream), mutating=True),
+        Probe("purge streams", stream_purge_subject(absent_stream), mutating=True),
+        Probe("delete events", stream_msg_delete_subject(absent_stream), mutating=True),
+        Probe("serve the admin service", names.admin_filter, kind="subscription",
               mutating=True),
     ]
 

@@ -39,7 +39,7 @@ from ..jetstream.history import RunHistory
 from ..jetstream.leases import LeaseValue
 from ..jetstream.runlog import RunLog
 from ..jetstream.store import Store
-from ..names import Names, token
+from ..names import HDR_KV_OPERATION, HDR_STATUS, Names, token
 from ..projections.ledger import Ledger
 from ..projections.schedule_table import ScheduleTable
 from ..runtime.reads import RunReads, load_ledger, load_recent
@@ -66,8 +66,6 @@ T = TypeVar("T")
 
 REPLICA_STATUS_ENDPOINT = "replica.status"
 """Under ``<P>.admin.``: every replica answers (each has its own queue group)."""
-
-_KV_OPERATION = "KV-Operation"
 
 
 @dataclass(frozen=True)
@@ -172,7 +170,7 @@ async def gather(nc: Client, subject: str, payload: bytes = b"{}", *, timeout: f
                 msg = await asyncio.wait_for(queue.get(), wait)
             except TimeoutError:
                 break
-            if (msg.headers or {}).get("Status") == "503":
+            if (msg.headers or {}).get(HDR_STATUS) == "503":
                 break
             answers.append(msg.data)
     finally:
@@ -218,7 +216,7 @@ async def index_retention(js: JetStreamContext, names: Names) -> Retention | Non
 
 
 def _lease_value(stored: Stored) -> LeaseValue | None:
-    if stored.headers.get(_KV_OPERATION) in ("DEL", "PURGE") or not stored.data:
+    if stored.headers.get(HDR_KV_OPERATION) in ("DEL", "PURGE") or not stored.data:
         return None
     try:
         return msgspec.json.decode(stored.data, type=LeaseValue)
@@ -285,9 +283,8 @@ class StoreReader:
 
     async def leases(self) -> dict[str, LeaseValue]:
         """run_id -> lease of every lease currently stored (expired ones included)."""
-        bucket = self.names.leases_bucket
         stored = await guarded("leases", lambda: last_per_subject(
-            self.nc, f"KV_{bucket}", f"$KV.{bucket}.>", timeout=self.timeout))
+            self.nc, self.names.leases_stream, self.names.leases_filter, timeout=self.timeout))
         found = {}
         for item in stored:
             value = _lease_value(item)
@@ -338,7 +335,7 @@ class StoreReader:
 
     async def replicas(self, timeout: float = 1.0) -> list[ReplicaView]:
         """Every live replica's own view (identity, clock, in-flight Runs)."""
-        subject = f"{self.names.admin_prefix}.{REPLICA_STATUS_ENDPOINT}"
+        subject = self.names.admin_subject(REPLICA_STATUS_ENDPOINT)
         answers = await guarded("replicas", lambda: gather(self.nc, subject, timeout=timeout))
         found = []
         for data in answers:

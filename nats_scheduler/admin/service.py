@@ -35,7 +35,7 @@ from nats.micro.service import Service
 
 from ..clock import Clock, SystemClock
 from ..core.events import ScheduleRecord
-from ..names import SERVICE_NAME
+from ..names import HDR_SERVICE_ERROR, HDR_SERVICE_ERROR_CODE, SERVICE_NAME
 from ..seam import (
     EnqueueRequest,
     InvalidSchedule,
@@ -206,15 +206,14 @@ class AdminService:
             description="AstraBox scheduler: Schedules, Runs, holds and health",
             metadata={"prefix": self.names.prefix, "identity": identity},
         )
-        admin = self.names.admin_prefix
         for endpoint, (kind, handler) in self.endpoints().items():
             await self.service.add_endpoint(
-                name=endpoint.replace(".", "_"), subject=f"{admin}.{endpoint}",
+                name=endpoint.replace(".", "_"), subject=self.names.admin_subject(endpoint),
                 handler=self._wrap(kind, handler),
             )
         await self.service.add_endpoint(
             name=REPLICA_STATUS_ENDPOINT.replace(".", "_"),
-            subject=f"{admin}.{REPLICA_STATUS_ENDPOINT}",
+            subject=self.names.admin_subject(REPLICA_STATUS_ENDPOINT),
             queue_group=f"replica-{self.service.id}",
             handler=self._wrap(_Empty, self.replica_status, gated=False),
         )
@@ -253,8 +252,8 @@ class AdminService:
                 if error.code == ErrorCode.INTERNAL:
                     log.exception("admin request on %s failed", request.subject)
                 await request.respond(error_body(error), headers={
-                    "Nats-Service-Error": error.message,
-                    "Nats-Service-Error-Code": _HTTP_LIKE[error.code],
+                    HDR_SERVICE_ERROR: error.message,
+                    HDR_SERVICE_ERROR_CODE: _HTTP_LIKE[error.code],
                 })
                 return
             await request.respond(body)

@@ -32,7 +32,14 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from ..names import HDR_BATCH_COMMIT, HDR_BATCH_ID, HDR_BATCH_SEQUENCE
+from ..names import (
+    HDR_BATCH_COMMIT,
+    HDR_BATCH_ID,
+    HDR_BATCH_SEQUENCE,
+    HDR_STATUS,
+    inbox_filter,
+    inbox_reply_prefix,
+)
 from ..tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -124,8 +131,8 @@ class AckedPublisher:
             if self._sub is not None:
                 return
             inbox = self._nc.new_inbox()
-            self._sub = await self._nc.subscribe(f"{inbox}.*", cb=self._on_reply)
-            self._prefix = f"{inbox}."
+            self._sub = await self._nc.subscribe(inbox_filter(inbox), cb=self._on_reply)
+            self._prefix = inbox_reply_prefix(inbox)
             self._sweeper = asyncio.create_task(self._sweep_forever(), name="ack timeouts")
 
     async def publish(self, subject: str, data: bytes,
@@ -299,7 +306,7 @@ class AckedPublisher:
         if pending is None or pending[0].done():
             return  # timed out already, or a duplicate reply
         future = pending[0]
-        if msg.headers and msg.headers.get("Status") == "503":
+        if msg.headers and msg.headers.get(HDR_STATUS) == "503":
             future.set_exception(nats.js.errors.NoStreamResponseError())
             return
         try:

@@ -26,6 +26,16 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from ..names import (
+    HDR_DESCRIPTION,
+    HDR_LAST_SEQUENCE,
+    HDR_NUM_PENDING,
+    HDR_STATUS,
+    direct_get_subject,
+    inbox_filter,
+    inbox_reply_prefix,
+)
+
 Request = tuple[str, Mapping[str, object]]
 """A stream name and its direct get request (``seq``, ``next_by_subj``, ``multi_last``, ...)."""
 
@@ -56,12 +66,12 @@ class Answer:
     @property
     def last_seq(self) -> int:
         """The stream sequence of the last message sent (0 when none was)."""
-        return int(self.end.get("Nats-Last-Sequence", 0) or 0)
+        return int(self.end.get(HDR_LAST_SEQUENCE, 0) or 0)
 
     @property
     def pending(self) -> int:
         """Matching messages the batch left unsent (its ``Nats-Num-Pending``)."""
-        return int(self.end.get("Nats-Num-Pending", 0) or 0)
+        return int(self.end.get(HDR_NUM_PENDING, 0) or 0)
 
 
 _READERS: weakref.WeakKeyDictionary[Client, DirectReader] = weakref.WeakKeyDictionary()
@@ -93,8 +103,8 @@ class DirectReader:
         async with self._starting:
             if self._sub is None:
                 inbox = self._nc.new_inbox()
-                self._sub = await self._nc.subscribe(f"{inbox}.*", cb=self._on_reply)
-                self._prefix = f"{inbox}."
+                self._sub = await self._nc.subscribe(inbox_filter(inbox), cb=self._on_reply)
+                self._prefix = inbox_reply_prefix(inbox)
 
     async def get_many(self, requests: Sequence[Request], timeout: float) -> list[Answer]:
         """Send every request at once, then await every answer (one per request, in order).
@@ -113,7 +123,7 @@ class DirectReader:
                                 "batch" not in request and "multi_last" not in request)
                 self._pending[token] = answer
                 sent.append((token, answer))
-                await self._nc.publish(f"$JS.API.DIRECT.GET.{stream}",
+                await self._nc.publish(direct_get_subject(stream),
                                        msgspec.json.encode(request),
                                        reply=self._prefix + token)
             async with asyncio.timeout(timeout):
@@ -129,7 +139,7 @@ class DirectReader:
         if answer is None or answer._done.done():
             return  # timed out already
         headers = msg.headers
-        status = headers.get("Status") if headers else None
+        status = headers.get(HDR_STATUS) if headers else None
         if status is None:
             answer.messages.append(msg)
             if answer.single:
@@ -139,4 +149,4 @@ class DirectReader:
             answer._done.set_result(None)
         else:
             answer._done.set_exception(DirectRefused(status, (headers or {}).get(
-                "Description", "")))
+                HDR_DESCRIPTION, "")))

@@ -22,7 +22,15 @@ import msgspec
 from nats.aio.msg import Msg
 
 from ..core.events import RunRecord, decode_run_event
-from ..names import HDR_MSG_ID, index_msg_id, untoken
+from ..names import (
+    HDR_MSG_ID,
+    HDR_NUM_PENDING,
+    HDR_SEQUENCE,
+    HDR_SUBJECT,
+    HDR_TIME_STAMP,
+    index_msg_id,
+    untoken,
+)
 from .store import Store
 
 SLACK = timedelta(seconds=60)
@@ -73,7 +81,7 @@ def _iso(instant: datetime) -> str:
 
 
 def _stored_at(msg: Msg) -> datetime:
-    text = (msg.headers or {}).get("Nats-Time-Stamp", "")
+    text = (msg.headers or {}).get(HDR_TIME_STAMP, "")
     # RFC 3339 with nanoseconds: keep microseconds for datetime.
     head, _, frac = text.rstrip("Z").partition(".")
     return datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00")
@@ -85,8 +93,8 @@ def _index_entry(msg: Msg) -> _Stored | None:
         entry = _decode_entry(msg.data)
     except msgspec.DecodeError:
         return None  # not ours: never let a foreign message break a page
-    return _Stored(entry, int(headers.get("Nats-Sequence", 0)), _stored_at(msg),
-                   int(headers.get("Nats-Num-Pending", 0)))
+    return _Stored(entry, int(headers.get(HDR_SEQUENCE, 0)), _stored_at(msg),
+                   int(headers.get(HDR_NUM_PENDING, 0)))
 
 
 class RunHistory:
@@ -182,7 +190,7 @@ class RunHistory:
                     record = decode_run_event(msg.data).run
                 except msgspec.DecodeError:
                     continue  # not an event of ours: never let it break a read
-                seq = int((msg.headers or {}).get("Nats-Sequence", 0))
+                seq = int((msg.headers or {}).get(HDR_SEQUENCE, 0))
                 found[record.run_id] = (seq, record)
         return found
 
@@ -262,7 +270,7 @@ class RunHistory:
                 "batch": len(chunk)})
             for msg in msgs:
                 stored = _index_entry(msg)
-                subject = (msg.headers or {}).get("Nats-Subject", "")
+                subject = (msg.headers or {}).get(HDR_SUBJECT, "")
                 if stored is not None and subject:
                     latest[untoken(subject.rsplit(".", 1)[-1])] = stored.entry
         return latest
@@ -289,7 +297,7 @@ class RunHistory:
             chunk: list[tuple[str, IndexEntry]] = []
             for msg in msgs:
                 stored = _index_entry(msg)
-                subject = (msg.headers or {}).get("Nats-Subject", "")
+                subject = (msg.headers or {}).get(HDR_SUBJECT, "")
                 if stored is None or not subject:
                     continue
                 if newest_at is None or stored.stored_at >= newest_at - window:
@@ -298,7 +306,7 @@ class RunHistory:
                 yield chunk
             if len(msgs) < per_read:
                 return
-            last_seq = int((msgs[-1].headers or {}).get("Nats-Sequence", 0))
+            last_seq = int((msgs[-1].headers or {}).get(HDR_SEQUENCE, 0))
             request = {"seq": last_seq + 1, "next_by_subj": self._names.index_filter,
                        "batch": per_read}
 
@@ -391,11 +399,11 @@ class RunHistory:
             msgs = await self._store.direct_batch(self._names.runs_stream, {
                 "seq": seq, "next_by_subj": runs_filter, "batch": MAX_BATCH})
             inside = [m for m in msgs
-                      if int((m.headers or {}).get("Nats-Sequence", hi)) < hi]
-            subjects.update((m.headers or {}).get("Nats-Subject", "") for m in inside)
+                      if int((m.headers or {}).get(HDR_SEQUENCE, hi)) < hi]
+            subjects.update((m.headers or {}).get(HDR_SUBJECT, "") for m in inside)
             if len(inside) < MAX_BATCH:
                 break
-            seq = int((inside[-1].headers or {})["Nats-Sequence"]) + 1
+            seq = int((inside[-1].headers or {})[HDR_SEQUENCE]) + 1
         subjects.discard("")
         return subjects
 
@@ -406,7 +414,7 @@ class RunHistory:
             "start_time": _iso(instant),
             "next_by_subj": self._names.deployment_runs_filter(deployment_id), "batch": 1})
         if msgs:
-            return int((msgs[0].headers or {}).get("Nats-Sequence", 0))
+            return int((msgs[0].headers or {}).get(HDR_SEQUENCE, 0))
         return await self._store.last_seq(self._names.runs_stream) + 1
 
 

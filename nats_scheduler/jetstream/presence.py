@@ -34,7 +34,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TypeVar
 
 import msgspec
@@ -43,6 +43,7 @@ from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
+from ..clock import Clock, SystemClock
 from ..core.serverclock import Sample
 from ..names import Names
 from ..tasks import cancel_and_wait
@@ -118,15 +119,17 @@ class Presence:
     def __init__(self, kv: KeyValue, names: Names, identity: str, *, beat_seconds: float,
                  elapsed: Callable[[], float],
                  on_sample: Callable[[Sample], None] | None = None,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time, clock: Clock | None = None) -> None:
         self._kv = kv
+        self._clock: Clock = clock or SystemClock()
+        """Where the times in our value come from (for people only: liveness is elapsed time)."""
         self._names = names
         self._key = names.replica_key(identity)
         self._elapsed = elapsed
         self.identity = identity
         self.beat_seconds = beat_seconds
         self.window = WINDOW_BEATS * beat_seconds
-        self._started_at = datetime.now(UTC)
+        self._started_at = self._clock.now()
         self._seen: dict[str, tuple[str, float]] = {}
         """key -> (identity, elapsed time its latest put was seen)."""
         self._live: tuple[str, ...] = (identity,)
@@ -149,15 +152,18 @@ class Presence:
                    beat_seconds: float = 1.0,
                    elapsed: Callable[[], float] = time.monotonic,
                    on_sample: Callable[[Sample], None] | None = None,
-                   wall: Callable[[], float] = time.time) -> Presence:
+                   wall: Callable[[], float] = time.time,
+                   clock: Clock | None = None) -> Presence:
         """Bind the replicas bucket (creating it on first use); :meth:`start` to join.
 
         ``on_sample`` gets one sample of the server's clock per beat, timed on ``elapsed``
-        (and ``wall``, the host's clock, for the offset people read)."""
+        (and ``wall``, the host's clock, for the offset people read). ``clock`` (the
+        runtime's; the system clock by default) stamps the ``started_at`` and ``beat_at``
+        people read in the key's value."""
         config = bucket_config(names, replicas=replicas, beat_seconds=beat_seconds)
         kv = await _bind_or_create(js, config)
         return cls(kv, names, identity, beat_seconds=beat_seconds, elapsed=elapsed,
-                   on_sample=on_sample, wall=wall)
+                   on_sample=on_sample, wall=wall, clock=clock)
 
     # ------------------------------------------------------------------ joining and leaving
 
@@ -204,7 +210,7 @@ class Presence:
 
     async def _beat(self) -> None:
         value = PresenceValue(identity=self.identity, started_at=self._started_at,
-                              beat_at=datetime.now(UTC))
+                              beat_at=self._clock.now())
         sent, wall_sent = self._elapsed(), self._wall()
         revision = await self._kv.put(self._key, _encode(value))
         timing = (sent, self._elapsed(), wall_sent, self._wall())

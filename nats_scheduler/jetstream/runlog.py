@@ -186,7 +186,7 @@ class RunLog:
         subject = self._names.run_subject(run.deployment_id, run.run_id)
         seq, _ = await self._store.append(
             subject, encode(event), expected_seq=expected_seq,
-            msg_id=run_event_msg_id(run.run_id, expected_seq),
+            msg_id=run_event_msg_id(run.run_id, expected_seq, self._store.decisions.next()),
         )
         self._wrote(subject, seq)
         self._ledger.apply(seq, run)

@@ -92,7 +92,8 @@ class ScheduleLog:
                 if attempt == 0:
                     continue  # nothing to write by the copy: confirm on the leader's state
                 return current
-            data, msg_id = encode(event), schedule_event_msg_id(deployment_id, seq)
+            data = encode(event)
+            msg_id = schedule_event_msg_id(deployment_id, seq, self._store.decisions.next())
             if attempt == 0:
                 stored = await self._append_on_copy(subject, data, seq, msg_id)
                 if stored is None:
@@ -150,9 +151,11 @@ class ScheduleLog:
 
     async def _send(self, chunk: Sequence[PlannedWrite]) -> list[PlannedWrite]:
         """Send one batch and apply what was stored; returns the writes to decide again."""
+        decisions = self._store.decisions
         messages = [
             (self._names.schedule_subject(item.deployment_id), encode(item.event),
-             _headers(schedule_event_msg_id(item.deployment_id, item.seq), item.seq))
+             _headers(schedule_event_msg_id(item.deployment_id, item.seq, decisions.next()),
+                      item.seq))
             for item in chunk]
         retry = []
         for item, result in zip(chunk, await self._store.acks.publish_many(messages),

@@ -41,12 +41,20 @@ from nats.js.api import (
 )
 from nats.js.kv import KeyValue
 
-from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_MSG_ID, Names
+from ..names import (
+    HDR_DESCRIPTION,
+    HDR_EXPECTED_LAST_SUBJECT_SEQUENCE,
+    HDR_MSG_ID,
+    HDR_STATUS,
+    Names,
+    direct_get_subject,
+)
 from ..seam import SchedulerConfigurationError, SchedulerError
 from ..settings import NatsSettings
 from . import errors
 from .acks import AckedPublisher
 from .connection import check_server
+from .decisions import DecisionNonces
 from .errors import Conflict
 
 log = logging.getLogger(__name__)
@@ -102,6 +110,8 @@ class Store:
         self.acks = AckedPublisher(nc, timeout=2.0)
         self.settings = settings
         self.names = Names(settings.prefix)
+        self.decisions = DecisionNonces()
+        """This writer's decision nonces, for the Msg-Ids of later events (runlog, schedulelog)."""
         self.retry_seconds = settings.store_retry_seconds
         self._leases: KeyValue | None = None
         self._failed_over_at = float("-inf")
@@ -272,11 +282,10 @@ class Store:
 
     def leases_stream_config(self) -> StreamConfig:
         """The lease bucket's stream: what ``create_key_value`` makes, plus atomic batches."""
-        bucket = self.names.leases_bucket
         return StreamConfig(
             name=self.names.leases_stream,
             description="AstraBox scheduler: one key per unfinished Run, holding its lease",
-            subjects=[f"$KV.{bucket}.>"], allow_rollup_hdrs=True, allow_msg_ttl=True,
+            subjects=[self.names.leases_filter], allow_rollup_hdrs=True, allow_msg_ttl=True,
             deny_delete=True, discard=DiscardPolicy.NEW, duplicate_window=120.0,
             max_consumers=-1, max_msgs=-1, max_msgs_per_subject=1,
             num_replicas=self.settings.replicas, storage=StorageType.FILE, allow_atomic=True,
@@ -451,7 +460,7 @@ class Store:
             done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
             async def collect(msg: Msg) -> None:
-                status = (msg.headers or {}).get("Status")
+                status = (msg.headers or {}).get(HDR_STATUS)
                 if status is None:
                     got.append(msg)
                 elif done.done():
@@ -461,11 +470,11 @@ class Store:
                     done.set_result(None)
                 else:  # e.g. 413 Too Many Results: never a silently short answer
                     done.set_exception(BatchRefused(status, (msg.headers or {}).get(
-                        "Description", "")))
+                        HDR_DESCRIPTION, "")))
 
             sub = await self.nc.subscribe(inbox, cb=collect)
             try:
-                await self.nc.publish(f"$JS.API.DIRECT.GET.{stream}",
+                await self.nc.publish(direct_get_subject(stream),
                                       msgspec.json.encode(request), reply=inbox)
                 await asyncio.wait_for(done, DIRECT_GET_TIMEOUT)
             finally:
@@ -483,7 +492,7 @@ class Store:
                             lambda: self.js.purge_stream(stream, subject=subject, seq=before_seq))
 
     def _stream_of(self, subject: str) -> str:
-        if subject.startswith(f"{self.names.prefix}.run."):
+        if self.names.is_run_subject(subject):
             return self.names.runs_stream
         return self.names.schedules_stream
 

@@ -211,7 +211,7 @@ class Runtime:
             clock = self._clock
             presence = await Presence.open(
                 self.store.js, self.store.names, self._identity, replicas=self.settings.replicas,
-                **({"on_sample": self._observe, "wall": clock.wall_seconds}
+                clock=clock, **({"on_sample": self._observe, "wall": clock.wall_seconds}
                    if isinstance(clock, ServerClock) else {}))
             await presence.start()
         except Exception as exc:
