@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from .core.serverclock import FRESH_SECONDS, Estimate, OffsetEstimator, Sample
+from .core.serverclock import FRESH_SECONDS, HOLD_SECONDS, Estimate, OffsetEstimator, Sample
 
 
 class Clock(Protocol):
@@ -131,19 +131,21 @@ class ServerClock:
     replica's elapsed time plus the tightest offset its writes' server timestamps prove, so
     a due time is never fired before the server's clock has reached it, and is late by at
     most the bound's width (a round trip, a millisecond or two). The estimate is fed by
-    :meth:`observe` (the presence beat, once a second). With no fresh estimate (the server
-    unreachable for ``fresh`` seconds, or before the first beat) it is the inner clock, as
-    before this class existed.
+    :meth:`observe` (the presence beat, once a second). When the samples stop it goes on by
+    the last estimate, its bound widened for drift, for ``hold`` seconds
+    (:data:`~.core.serverclock.HOLD_SECONDS`); only before the first sample, or after that,
+    is it the inner clock, as before this class existed.
     """
 
     follows_wall_time = False  # already corrected: never wrapped twice
 
     def __init__(self, inner: Clock, *, elapsed: Callable[[], float] = time.monotonic,
-                 fresh: float = FRESH_SECONDS, estimator: OffsetEstimator | None = None
-                 ) -> None:
+                 fresh: float = FRESH_SECONDS, hold: float = HOLD_SECONDS,
+                 estimator: OffsetEstimator | None = None) -> None:
         self.inner = inner
         self._elapsed = elapsed
         self._fresh = fresh
+        self._hold = hold
         self.estimator = estimator or OffsetEstimator()
         self._changed = asyncio.Event()
 
@@ -165,8 +167,12 @@ class ServerClock:
         return self.inner.now().timestamp()
 
     def estimate(self) -> Estimate | None:
-        """The fresh estimate, or None (then :meth:`now` is the inner clock)."""
+        """The fresh estimate (for the offset people read), or None."""
         return self.estimator.estimate(self._elapsed(), fresh=self._fresh)
+
+    def _reference(self) -> Estimate | None:
+        """The estimate :meth:`now` goes by: fresh or held; None: the inner clock."""
+        return self.estimator.estimate(self._elapsed(), fresh=self._hold)
 
     def offset(self) -> float | None:
         """This host's clock minus the server's, seconds (positive: ahead); None if unknown."""
@@ -185,7 +191,7 @@ class ServerClock:
 
     def now(self) -> datetime:
         elapsed = self._elapsed()
-        estimate = self.estimator.estimate(elapsed, fresh=self._fresh)
+        estimate = self.estimator.estimate(elapsed, fresh=self._hold)
         if estimate is None:
             return self.inner.now()
         return datetime.fromtimestamp(estimate.server_low(elapsed), UTC)
@@ -200,7 +206,7 @@ class ServerClock:
             if now >= instant:
                 return
             changed = self._changed
-            if self.estimate() is None:
+            if self._reference() is None:
                 waiting = self.inner.sleep_until(instant)
             else:
                 waiting = asyncio.sleep(min((instant - now).total_seconds(), NAP_SECONDS))

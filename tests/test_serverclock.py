@@ -8,7 +8,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from nats_scheduler.clock import ManualClock, ServerClock, SystemClock
-from nats_scheduler.core.serverclock import FRESH_SECONDS, OffsetEstimator, Sample
+from nats_scheduler.core.serverclock import (
+    DRIFT,
+    FRESH_SECONDS,
+    HOLD_SECONDS,
+    MAX_ROUND_TRIP,
+    OffsetEstimator,
+    Sample,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -50,12 +57,23 @@ def test_samples_intersect_and_a_contradicting_one_restarts_the_window() -> None
     assert estimate.low == pytest.approx(SERVER - 5.001, abs=1e-6)
 
 
-def test_a_slow_round_trip_is_not_kept_and_an_old_estimate_is_not_fresh() -> None:
+def test_a_slow_round_trip_is_kept_a_too_slow_one_not_and_an_old_estimate_is_not_fresh() -> None:
     estimator = OffsetEstimator()
-    assert estimator.add(sample(1.0, 3.0)) is None  # 2 s round trip: too wide to act on
+    assert estimator.add(sample(0.0, MAX_ROUND_TRIP + 0.5)) is None  # too wide to keep
+    slow = estimator.add(sample(1.0, 3.0))  # 2 s on a loaded store: true, only wide
+    assert slow is not None and slow.width == pytest.approx(2.0)
     estimator.add(sample(4.0, 4.002))
     assert estimator.estimate(4.002 + FRESH_SECONDS) is not None
     assert estimator.estimate(4.003 + FRESH_SECONDS) is None
+
+
+def test_a_held_estimate_lowers_its_bound_for_drift() -> None:
+    estimator = OffsetEstimator()
+    estimate = estimator.add(sample(10.0, 10.002, stamped=10.001))
+    assert estimate is not None
+    fresh = estimate.server_low(10.002)
+    assert estimate.server_low(10.002 + 1000.0) == pytest.approx(
+        fresh + 1000.0 - DRIFT * 1000.0, abs=1e-6)
 
 
 def test_old_samples_leave_the_window() -> None:
@@ -73,21 +91,29 @@ class Elapsed:
         return self.now
 
 
-def test_the_server_clock_reads_the_lower_bound_and_the_host_clock_when_stale() -> None:
+def test_the_server_clock_reads_the_lower_bound_holds_it_and_then_the_host_clock() -> None:
     host = ManualClock(datetime.fromtimestamp(SERVER + 100.0 + 20.0, UTC))  # 20 s fast
     elapsed = Elapsed()
     clock = ServerClock(host, elapsed=elapsed)
     assert clock.now() == host.now() and clock.offset() is None  # no estimate yet
     clock.observe(sample(100.0, 100.002, host_ahead=20.0))
     elapsed.now = 101.0
-    assert clock.now().timestamp() == pytest.approx(SERVER + 101.0 - 0.001, abs=1e-5)
+    # a second after the sample: the lower bound, less a second's drift
+    assert clock.now().timestamp() == pytest.approx(SERVER + 101.0 - 0.001 - DRIFT, abs=1e-5)
     assert clock.offset() == pytest.approx(20.0, abs=1e-5)
     # the host's clock is stepped: the server clock does not move with it
     host.advance(300)
-    assert clock.now().timestamp() == pytest.approx(SERVER + 101.0 - 0.001, abs=1e-5)
-    # the server unreachable for longer than FRESH_SECONDS: the host's clock, as before
+    assert clock.now().timestamp() == pytest.approx(SERVER + 101.0 - 0.001 - DRIFT, abs=1e-5)
+    # no sample for longer than FRESH_SECONDS (the store slow, a watch lost): the offset is
+    # no longer shown, but the clock still goes by the store's, a little behind for drift,
+    # never by the host's (320 s ahead by now)
     elapsed.now = 100.002 + FRESH_SECONDS + 1
-    assert clock.now() == host.now() and clock.estimate() is None
+    assert clock.estimate() is None and clock.offset() is None
+    held = clock.now().timestamp()
+    assert held <= SERVER + elapsed.now and held > SERVER + elapsed.now - 0.01
+    # past HOLD_SECONDS without a sample: the host's clock, as before
+    elapsed.now = 100.002 + HOLD_SECONDS + 1
+    assert clock.now() == host.now()
 
 
 def test_only_clocks_that_follow_the_wall_clock_are_wrapped() -> None:

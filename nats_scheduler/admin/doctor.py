@@ -252,9 +252,9 @@ def clock_check(offsets: Mapping[str, float] | None, unmeasured: Sequence[str] =
     if level == "fail":
         return Check(CLOCK_CHECK, Status.FAIL,
                      f"{shown}: {OFFSET_FAIL_SECONDS:g} s or more off the store's clock. "
-                     "Replicas fire by the store's clock, but one that loses its estimate "
-                     "(a store outage, a restart) reads its host clock, early or late by "
-                     "this much; fix NTP on that host")
+                     "Replicas fire by the store's clock, but one without an estimate "
+                     "(before its first sample after a restart) reads its host clock, early "
+                     "or late by this much; fix NTP on that host")
     if level == "warn" or unmeasured:
         return Check(CLOCK_CHECK, Status.WARN,
                      f"{shown}: keep hosts within {OFFSET_WARN_SECONDS:g} s of the store; "

@@ -2,9 +2,9 @@
 
 A replica fires due times, judges leases and stamps its events by the store's clock as it
 measures it (``nats_scheduler/clock.py``, docs/architecture.md "One clock: the store's"), so
-a host clock that is off no longer makes Runs early. It still matters in the windows where a
-replica has no fresh estimate (the first beat of a start, the store unreachable for longer
-than ``FRESH_SECONDS``): there the replica reads its host clock, off by exactly this offset.
+a host clock that is off no longer makes Runs early. It still matters where a replica has
+no estimate (before the first sample of a start, or an hour after its last): there the
+replica reads its host clock, off by exactly this offset.
 Each replica reports the offset it measures (``ReplicaView.server_offset``); comparing
 replicas with each other, or with an observer's clock after a round trip, would add the
 request's latency and measure nothing the firing uses. ``nats-scheduler status``,
@@ -22,9 +22,9 @@ OFFSET_WARN_SECONDS = 0.25
 milliseconds, so the daemon is struggling or gone."""
 
 OFFSET_FAIL_SECONDS = 1.0
-"""A host clock this far off fails ``doctor``: a replica that loses its estimate (a store
-outage, a restart) would fire its due times early or late by that much until the next
-sample, and Quartz's rule for clustered schedulers is one second."""
+"""A host clock this far off fails ``doctor``: a replica without an estimate (a restart,
+before its first sample) would fire due times early or late by that much, and Quartz's rule
+for clustered schedulers is one second."""
 
 
 def store_offsets(replicas: Sequence[ReplicaView]) -> dict[str, float]:

@@ -26,11 +26,25 @@ SAMPLE_WINDOW_SECONDS = 60.0
 hundred parts per million, so an interval this old may be off by some 20 ms."""
 
 FRESH_SECONDS = 10.0
-"""An estimate whose newest sample is older than this is not used (the server unreachable):
-the replica then reads its own clock, as before it had one."""
+"""An estimate whose newest sample is older than this is not shown (the offset people and
+metrics read is None): it is not known how the host clock moved since."""
 
-MAX_ROUND_TRIP = 1.0
-"""A sample whose round trip exceeds this is not kept: its bound would be too wide to act on."""
+HOLD_SECONDS = 3600.0
+"""An estimate is still fired by this long after its newest sample, its lower bound lowered by
+``DRIFT`` per second of age. A replica whose samples stop (the store slow, a leader election,
+its presence watch lost) must not go back to its host clock: a host clock minutes off, or
+stepped meanwhile, would then fire due times that early (a soak found Runs 16 s early that
+way). Late by at most ``DRIFT`` x the age instead (1.8 s after an hour); past it, the host
+clock, as before this clock existed."""
+
+DRIFT = 500e-6
+"""How far elapsed time and the server's clock may drift apart per second: quartz is within
+100 ppm, a clock NTP slews within 500 ppm."""
+
+MAX_ROUND_TRIP = 5.0
+"""A sample whose round trip exceeds this is not kept. A wide sample is still true (its bound
+only makes the firing late by its width, never early), and on a loaded store a put may take
+seconds: refusing it would leave the replica without an estimate exactly then."""
 
 
 @dataclass(frozen=True)
@@ -65,8 +79,9 @@ class Estimate:
         return self.high - self.low
 
     def server_low(self, elapsed: float) -> float:
-        """The earliest the server's clock can read at ``elapsed`` (seconds since the epoch)."""
-        return elapsed + self.low
+        """The earliest the server's clock can read at ``elapsed`` (seconds since the epoch):
+        lowered by ``DRIFT`` for every second since the newest sample."""
+        return elapsed + self.low - DRIFT * max(0.0, elapsed - self.at)
 
 
 class OffsetEstimator:

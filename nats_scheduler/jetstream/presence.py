@@ -44,7 +44,7 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from ..clock import Clock, SystemClock
-from ..core.serverclock import Sample
+from ..core.serverclock import MAX_ROUND_TRIP, Sample
 from ..names import Names
 from ..tasks import cancel_and_wait
 
@@ -246,7 +246,8 @@ class Presence:
         while not self._stopping:
             await asyncio.sleep(self.beat_seconds)
             try:
-                await asyncio.wait_for(self._beat(), max(self.beat_seconds, 1.0))
+                # as long as a clock sample may take: a slow put is still a true sample
+                await asyncio.wait_for(self._beat(), max(self.beat_seconds, MAX_ROUND_TRIP))
             except Exception:
                 log.debug("presence: a beat of %s failed", self.identity, exc_info=True)
 
