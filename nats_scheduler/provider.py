@@ -34,7 +34,7 @@ from .core.events import (
     ScheduleRecord,
     encode,
 )
-from .jetstream.leases import Held
+from .jetstream.leases import Claimed
 from .jetstream.runlog import RunLog
 from .jetstream.schedulelog import Decide as ScheduleDecision
 from .jetstream.store import Store
@@ -414,7 +414,7 @@ class NatsSchedulerProvider:
         seq, stored, created = await running.runs.create(runcore.indexed(event, index_seq),
                                                          msg_id=msg_id)
         if created or lease is not None:
-            running.submit(stored, None if lease is None else Held(lease, seq, stored),
+            running.submit(stored, claimed=None if lease is None else Claimed(lease, seq, stored),
                            created=created)
         return stored.to_run()
 

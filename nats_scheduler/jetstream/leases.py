@@ -65,8 +65,8 @@ class Lease:
 
 
 @dataclass(frozen=True)
-class Held:
-    """A Run this process just stored, with the lease it opened for it when announcing it.
+class Claimed:
+    """A Run this process just stored, claimed by the lease it opened when announcing it.
 
     Handed to :meth:`Dispatcher.submit` so the first attempt starts at once: no lease to take
     and no read of the Run just written (docs/architecture.md, "Firing at scale").

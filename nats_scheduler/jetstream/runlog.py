@@ -20,6 +20,7 @@ from .acks import Ack, Outgoing
 from .errors import Conflict
 from .history import RunHistory
 from .leases import Lease, Leases
+from .outcomes import Announcement, Stored
 from .store import Store
 
 OWN_WRITES_KEPT = 100_000
@@ -45,7 +46,7 @@ class RunLog:
         self._own: dict[str, int] = {}
         """Run subject -> sequence of this process's last write there, until followed."""
 
-    async def announce(self, run: RunRecord) -> tuple[int | None, Lease | None]:
+    async def announce(self, run: RunRecord) -> Announcement:
         """Write the Run's history entry and open its key, before its ``run.created``.
 
         Returns the entry's sequence (the same for every announcer of one Run), to record on
@@ -60,14 +61,14 @@ class RunLog:
         seq = None if self._history is None else await self._history.announce(run)
         leases = self._leases
         if leases is None:
-            return seq, None
+            return Announcement(seq, None)
         lease = await self._store.retrying("could not open a run",
                                            lambda: leases.announce(run.run_id))
-        return seq, lease
+        return Announcement(seq, lease)
 
     async def announce_many(
         self, runs: Sequence[RunRecord]
-    ) -> list[tuple[int | None, Lease | None] | Exception]:
+    ) -> list[Announcement | Exception]:
         """:meth:`announce` for many Runs: one batch of entries and one of keys, side by side
         (two streams: two batches, each atomic while nothing races)."""
         history, leases = self._history, self._leases
@@ -83,22 +84,22 @@ class RunLog:
             return await leases.announce_many([run.run_id for run in runs])
 
         entries, keys = await asyncio.gather(entries_of(), keys_of())
-        results: list[tuple[int | None, Lease | None] | Exception] = []
+        results: list[Announcement | Exception] = []
         for entry, key in zip(entries, keys, strict=True):
             if isinstance(entry, Exception):
                 results.append(entry)
             elif isinstance(key, Exception):
                 results.append(key)
             else:
-                results.append((entry, key))
+                results.append(Announcement(entry, key))
         return results
 
     async def create(
         self, event: RunCreated, *, msg_id: str, retry_seconds: float | None = None
-    ) -> tuple[int, RunRecord, bool]:
+    ) -> Stored:
         """Store a new Run, or find the one that already holds its ID.
 
-        Returns (sequence, the stored record, whether THIS call created it). The second
+        Returns what was stored, and whether THIS call created it. The second
         writer of the same Run ID gets the first writer's record. ``retry_seconds`` bounds
         the retries of the append itself (see :meth:`Store.append`).
         """
@@ -119,10 +120,10 @@ class RunLog:
     async def create_many(
         self, events: Sequence[RunCreated], msg_ids: Sequence[str], *,
         still_fresh: Callable[[], bool] = lambda: True,
-    ) -> list[tuple[int, RunRecord, bool] | Exception]:
+    ) -> list[Stored | Exception]:
         """:meth:`create` for many Runs, each decided once, in one atomic batch.
 
-        Per-Run results: (sequence, stored record, whether THIS call created it), or the
+        Per-Run results: what was stored (and whether THIS call created it), or the
         exception that lost it. One create that loses its race (another replica stored that
         Run) refuses the whole batch and nothing of it is stored; the batch is then sent
         again as pipelined creates, each with its own answer, if ``still_fresh()`` (the
@@ -149,7 +150,7 @@ class RunLog:
         else:
             publisher.batches_atomic += 1
             acks = batch
-        results: list[tuple[int, RunRecord, bool] | Exception] = []
+        results: list[Stored | Exception] = []
         for subject, event, ack in zip(subjects, events, acks, strict=True):
             if isinstance(ack, Exception) and not errors.is_conflict(ack):
                 results.append(ack)
@@ -162,20 +163,20 @@ class RunLog:
                 results.append(self._created(subject, ack.seq, event.run))
         return results
 
-    def _created(self, subject: str, seq: int, run: RunRecord) -> tuple[int, RunRecord, bool]:
+    def _created(self, subject: str, seq: int, run: RunRecord) -> Stored:
         """A create this call stored: applied to the ledger at once (read your writes)."""
         self._wrote(subject, seq)
         self._ledger.apply(seq, run)
-        return seq, run, True
+        return Stored(seq, run, True)
 
-    async def _stored_first(self, run: RunRecord) -> tuple[int, RunRecord, bool]:
+    async def _stored_first(self, run: RunRecord) -> Stored:
         """The Run a create found already stored, read back; created by THIS process only
         when it is exactly ``run`` (a resend whose first acknowledgement was lost)."""
         existing = await self.fetch(run.deployment_id, run.run_id)
         if existing is None:  # pragma: no cover - a Run subject is never emptied
             raise RuntimeError(f"run {run.run_id} vanished")
         seq, record = existing
-        return seq, record, record.created_at == run.created_at and record == run
+        return Stored(seq, record, record.created_at == run.created_at and record == run)
 
     async def append(self, expected_seq: int, event: RunEventType) -> int:
         """Append a later event of a Run on the sequence the writer last saw.

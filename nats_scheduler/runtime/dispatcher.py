@@ -26,7 +26,7 @@ from ..core import runcore
 from ..core.events import RunEventType, RunRecord
 from ..core.runcore import RetryPolicy
 from ..jetstream.errors import Conflict
-from ..jetstream.leases import Held, Lease, Leases
+from ..jetstream.leases import Claimed, Lease, Leases
 from ..jetstream.runlog import RunLog
 from ..projections.ledger import Ledger
 from ..seam import (
@@ -55,19 +55,19 @@ class Gate(Protocol):
     async def may_start(self, record: RunRecord, *, vetted: bool) -> bool: ...
 
 
-HELD_RUNS_MIN = 256
+IN_FLIGHT_MIN = 256
 """Runs one process dispatches at once at least (four per allowed handler call otherwise).
 
-Each held Run's lease is renewed every third of its length, so holding thousands at once
+Each such Run's lease is renewed every third of its length, so leasing thousands at once
 (all the Runs of a busy minute) would spend the store's time on renewals; a bounded set
-held briefly keeps renewals rare and the rest wait unclaimed (docs/architecture.md)."""
+leased briefly keeps renewals rare and the rest wait unclaimed (docs/architecture.md)."""
 
 
 class _LostRun(Exception):
     """This process no longer holds the Run (lease lost or another writer appended)."""
 
 
-class _Holding:
+class _InFlight:
     """The state of one Run this process is dispatching."""
 
     def __init__(self, lease: Lease) -> None:
@@ -106,30 +106,30 @@ class Dispatcher:
         self._call_timeout = call_timeout
         self._calls = asyncio.Semaphore(max_concurrent)
         self._deadlines = Deadlines()
-        self._held = asyncio.Semaphore(max(HELD_RUNS_MIN, 4 * max_concurrent))
+        self._lease_slots = asyncio.Semaphore(max(IN_FLIGHT_MIN, 4 * max_concurrent))
         self._claim_grace = timedelta(seconds=claim_grace)
         self._gate = gate
         self._metrics = metrics or Metrics.disabled()
         self._vetted: set[str] = set()
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._holdings: dict[str, _Holding] = {}
+        self._in_flight: dict[str, _InFlight] = {}
         self._stopping = False
         self.identity = leases.identity
 
     # ------------------------------------------------------------------ public
 
-    def submit(self, run_id: str, *, vetted: bool = False, held: Held | None = None) -> None:
+    def submit(self, run_id: str, *, vetted: bool = False, claimed: Claimed | None = None) -> None:
         """Try to dispatch ``run_id`` here (no-op if already here or stopping).
 
         ``vetted``: the caller stored this scheduled Run within the pause-visibility bound of
         its Schedule read, so the first claim need not ask whether it came after a pause.
-        ``held``: the caller stored it and holds its lease (no lease to take, no read).
+        ``claimed``: the caller stored it and holds its lease (no lease to take, no read).
         """
         if self._stopping or run_id in self._tasks:
             return
         if vetted:
             self._vetted.add(run_id)
-        task = asyncio.create_task(self._dispatch(run_id, held), name=f"dispatch {run_id}")
+        task = asyncio.create_task(self._dispatch(run_id, claimed), name=f"dispatch {run_id}")
         self._tasks[run_id] = task
 
         def done(_task: asyncio.Task[None], run_id: str = run_id) -> None:
@@ -141,7 +141,7 @@ class Dispatcher:
     @property
     def in_flight(self) -> list[str]:
         """Run IDs this process holds right now."""
-        return list(self._holdings)
+        return list(self._in_flight)
 
     async def sweep_once(self) -> int:
         """Submit every unfinished Run that nobody live holds; returns how many."""
@@ -181,8 +181,8 @@ class Dispatcher:
         """
         self._stopping = True
         for run_id, task in list(self._tasks.items()):
-            holding = self._holdings.get(run_id)
-            if holding is None or not holding.in_call:
+            flight = self._in_flight.get(run_id)
+            if flight is None or not flight.in_call:
                 task.cancel()
         tasks = list(self._tasks.values())
         if not tasks:
@@ -195,68 +195,70 @@ class Dispatcher:
 
     # ------------------------------------------------------------------ one Run
 
-    async def _dispatch(self, run_id: str, held: Held | None) -> None:
-        async with self._held:
-            await self._hold(run_id, held)
+    async def _dispatch(self, run_id: str, claimed: Claimed | None) -> None:
+        async with self._lease_slots:  # at most IN_FLIGHT_MIN+ Runs leased at once
+            await self._leased(run_id, claimed)
 
-    async def _hold(self, run_id: str, held: Held | None) -> None:
+    async def _leased(self, run_id: str, claimed: Claimed | None) -> None:
+        """Take (or keep, when ``claimed``) the Run's lease, renew it while the attempts
+        run, then give it up: free when unfinished, left to expire when finished."""
         if self._stopping:
             return
-        if held is not None:
-            lease = held.lease
+        if claimed is not None:
+            lease = claimed.lease
         else:
             acquired = await self._leases.acquire(run_id)
             if acquired is None:
                 return
             lease, _previous_holder = acquired
-        holding = _Holding(lease)
-        self._holdings[run_id] = holding
-        self._metrics.holding(+1)
+        flight = _InFlight(lease)
+        self._in_flight[run_id] = flight
+        self._metrics.in_flight(+1)
         me = asyncio.current_task()
         assert me is not None
-        renewer = asyncio.create_task(self._renew(holding, me))
+        renewer = asyncio.create_task(self._renew(flight, me))
         try:
-            await self._attempts(holding, held)
+            await self._attempts(flight, claimed)
         except (_LostRun, Conflict):
-            log.info("run %s is now held by another process", run_id)
+            log.info("run %s is now leased by another process", run_id)
         except SchedulerError:
             log.warning("store unavailable while dispatching %s; will resume", run_id)
         except asyncio.CancelledError:
-            if not holding.lost:
-                await self._hand_back(holding)
+            if not flight.lost:
+                await self._hand_back(flight)
             raise
         finally:
             renewer.cancel()
-            self._holdings.pop(run_id, None)
-            self._metrics.holding(-1)
-            if not holding.lost:
-                finished = holding.record is not None and holding.record.finished
+            self._in_flight.pop(run_id, None)
+            self._metrics.in_flight(-1)
+            if not flight.lost:
+                finished = flight.record is not None and flight.record.finished
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(self._leases.release(holding.lease,
+                    await asyncio.shield(self._leases.release(flight.lease,
                                                               finished=finished))
 
-    async def _attempts(self, holding: _Holding, held: Held | None) -> None:
-        if held is not None:
-            holding.seq, holding.record = held.seq, held.record
+    async def _attempts(self, flight: _InFlight, claimed: Claimed | None) -> None:
+        if claimed is not None:
+            flight.seq, flight.record = claimed.seq, claimed.record
         else:
-            known = self._ledger.get(holding.lease.run_id)
+            known = self._ledger.get(flight.lease.run_id)
             if known is None:
                 raise _LostRun()
             fetched = await self._runlog.fetch(known.deployment_id, known.run_id)
             if fetched is None:
                 raise _LostRun()
-            holding.seq, holding.record = fetched
-        # A Run this process stored with its claim in the create (the creator held its key):
+            flight.seq, flight.record = fetched
+        # A Run this process stored with its claim in the create (the creator claimed its key):
         # the first attempt is claimed already, so no run.claimed is written for it.
-        claimed = (held is not None and holding.record.holder == self.identity
-                   and runcore.claimed_at_create(holding.record))
-        if await self._refused_after_pause(holding):
+        claimed = (claimed is not None and flight.record.holder == self.identity
+                   and runcore.claimed_at_create(flight.record))
+        if await self._refused_after_pause(flight):
             return
         if claimed:
-            self._metrics.attempt(holding.record.trigger, takeover=False)
-            await self._attempt(holding)
-        while not holding.record.finished:
-            record = holding.record
+            self._metrics.attempt(flight.record.trigger, takeover=False)
+            await self._attempt(flight)
+        while not flight.record.finished:
+            record = flight.record
             if record.retry_at is not None and record.retry_at > self._clock.now():
                 # as elapsed time, capped: a clock stepped back (or a takeover holder's clock
                 # behind the writer's) must not hold the Run for the minutes of the step
@@ -265,14 +267,14 @@ class Dispatcher:
             if self._stopping:
                 # A drain lets calls in progress finish; it never starts a new attempt
                 # (that would spend the retry budget on a shutdown). Hand the Run back.
-                await self._hand_back(holding)
+                await self._hand_back(flight)
                 return
             claim = runcore.claim(record, holder=self.identity, now=self._clock.now())
-            await self._append(holding, claim)
+            await self._append(flight, claim)
             self._metrics.attempt(record.trigger, takeover=claim.takeover_from is not None)
-            await self._attempt(holding)
+            await self._attempt(flight)
 
-    async def _refused_after_pause(self, holding: _Holding) -> bool:
+    async def _refused_after_pause(self, flight: _InFlight) -> bool:
         """Ask the firing gate before the first claim; record FAILED what it refuses.
 
         A replica frozen (or cut off) between its fresh Schedule read and the socket write can
@@ -280,71 +282,71 @@ class Dispatcher:
         :mod:`nats_scheduler.runtime.firing`). Such a Run is recorded FAILED with a reason
         instead of reaching the handler.
         """
-        record = holding.record
+        record = flight.record
         assert record is not None
         if self._gate is None or await self._gate.may_start(
                 record, vetted=record.run_id in self._vetted):
             return False
         log.warning("run %s reached the store after its schedule stopped; not starting it",
                     record.run_id)
-        await self._append(holding, runcore.failed(
+        await self._append(flight, runcore.failed(
             record, error=NOT_STARTED_AFTER_PAUSE, now=self._clock.now(), actor=self.identity))
         self._metrics.run_failed(record.trigger, "paused")
         return True
 
-    async def _attempt(self, holding: _Holding) -> None:
+    async def _attempt(self, flight: _InFlight) -> None:
         """One attempt: start_session, store it, admit_turn, store it; or record the failure."""
-        assert holding.record is not None
-        record = holding.record
+        assert flight.record is not None
+        record = flight.record
         if record.due_at is not None and record.attempts == 1 and record.session_id is None:
             self._metrics.fire_lateness("started", record.due_at, self._clock.now())
         try:
             session_id = await self._call(self._handler.start_session,
-                                          runcore.invocation(holding.record), holding)
-            if holding.record.session_id is None:
-                await self._append(holding, runcore.session_started(
-                    holding.record, session_id=session_id, now=self._clock.now(),
+                                          runcore.invocation(flight.record), flight)
+            if flight.record.session_id is None:
+                await self._append(flight, runcore.session_started(
+                    flight.record, session_id=session_id, now=self._clock.now(),
                     actor=self.identity))
             turn_id = await self._call(self._handler.admit_turn,
-                                       runcore.invocation(holding.record), holding)
-            await self._append(holding, runcore.dispatched(
-                holding.record, turn_id=turn_id, now=self._clock.now(), actor=self.identity))
+                                       runcore.invocation(flight.record), flight)
+            await self._append(flight, runcore.dispatched(
+                flight.record, turn_id=turn_id, now=self._clock.now(), actor=self.identity))
             self._metrics.run_dispatched(record.trigger)
         except RunPermanentError as exc:
             reason = runcore.describe_failure(exc)
-            await self._append(holding, runcore.failed(
-                holding.record, error=reason, now=self._clock.now(), actor=self.identity))
+            await self._append(flight, runcore.failed(
+                flight.record, error=reason, now=self._clock.now(), actor=self.identity))
             self._metrics.run_failed(record.trigger, "permanent")
         except (_LostRun, Conflict, SchedulerError):
             raise
         except Exception as exc:
-            await self._after_transient(holding, exc)
+            await self._after_transient(flight, exc)
 
-    async def _after_transient(self, holding: _Holding, exc: Exception) -> None:
-        assert holding.record is not None
+    async def _after_transient(self, flight: _InFlight, exc: Exception) -> None:
+        assert flight.record is not None
         timed_out = isinstance(exc, TimeoutError)
         reason = runcore.describe_failure(exc, timed_out=timed_out)
         now = self._clock.now()
-        delay = self._policy.delay(holding.record.attempts)
-        if self._policy.exhausted(holding.record, now, delay):
-            error = f"gave up after {holding.record.attempts} attempts; last: {reason}"
-            await self._append(holding, runcore.failed(
-                holding.record, error=error, now=now, actor=self.identity))
-            self._metrics.run_failed(holding.record.trigger, "exhausted")
+        delay = self._policy.delay(flight.record.attempts)
+        if self._policy.exhausted(flight.record, now, delay):
+            error = f"gave up after {flight.record.attempts} attempts; last: {reason}"
+            await self._append(flight, runcore.failed(
+                flight.record, error=error, now=now, actor=self.identity))
+            self._metrics.run_failed(flight.record.trigger, "exhausted")
             return
-        await self._append(holding, runcore.attempt_failed(
-            holding.record, error=reason, retry_at=now + timedelta(seconds=delay), now=now,
+        await self._append(flight, runcore.attempt_failed(
+            flight.record, error=reason, retry_at=now + timedelta(seconds=delay), now=now,
             actor=self.identity))
-        self._metrics.retry(holding.record.trigger)
+        self._metrics.retry(flight.record.trigger)
 
     async def _call(
         self,
         method: Callable[[RunInvocation], Awaitable[str]],
         invocation: RunInvocation,
-        holding: _Holding,
+        flight: _InFlight,
     ) -> str:
         async with self._calls:  # the setting bounds handler calls, not the bookkeeping
-            holding.in_call = True
+            flight.in_call = True
             call = asyncio.ensure_future(method(invocation))
             try:
                 # not wait_for: it waits for the cancelled call to end, and a handler that
@@ -353,20 +355,20 @@ class Dispatcher:
                 # behind.
                 await self._deadlines.wait(call, self._call_timeout)
             finally:
-                holding.in_call = False
+                flight.in_call = False
                 if not call.done():
                     call.cancel()
                     call.add_done_callback(_forget_outcome)
         if not call.done():
             raise TimeoutError()
         result = call.result()
-        if holding.lost:
+        if flight.lost:
             raise _LostRun()
         if not isinstance(result, str) or not result:
             raise ValueError(f"the handler returned {type(result).__name__}, not an ID")
         return result
 
-    async def _append(self, holding: _Holding, event: RunEventType) -> None:
+    async def _append(self, flight: _InFlight, event: RunEventType) -> None:
         """Append on the last sequence this holder saw, and only while it holds the lease.
 
         A holder that was paused or starved past its lease's expiry re-proves ownership with
@@ -375,52 +377,52 @@ class Dispatcher:
         sequence as soon as the new holder's ``run.claimed`` is stored (docs/design.md,
         "A single writer per Run").
         """
-        if holding.lost:
+        if flight.lost:
             raise _LostRun()
-        if self._clock.now() >= holding.lease.value.expires_at and not await self._renew_once(
-            holding
+        if self._clock.now() >= flight.lease.value.expires_at and not await self._renew_once(
+            flight
         ):
             raise _LostRun()
-        holding.seq = await self._runlog.append(holding.seq, event)
-        holding.record = event.run
+        flight.seq = await self._runlog.append(flight.seq, event)
+        flight.record = event.run
 
-    async def _hand_back(self, holding: _Holding) -> None:
+    async def _hand_back(self, flight: _InFlight) -> None:
         """At a drain: mark the Run released so any replica resumes it at once."""
-        record = holding.record
+        record = flight.record
         if record is None or record.finished:
             return
-        if self._clock.now() >= holding.lease.value.expires_at:
+        if self._clock.now() >= flight.lease.value.expires_at:
             return  # not ours for sure any more: its expiry hands it over anyway
-        event = runcore.released(record, reason="the process holding it stopped",
+        event = runcore.released(record, reason="the process flight it stopped",
                                  now=self._clock.now(), actor=self.identity)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.shield(self._runlog.append(holding.seq, event)), 2.0)
+            await asyncio.wait_for(asyncio.shield(self._runlog.append(flight.seq, event)), 2.0)
 
-    async def _renew_once(self, holding: _Holding) -> bool:
+    async def _renew_once(self, flight: _InFlight) -> bool:
         """Extend the lease by CAS now; False (and ``lost``) once it is someone else's."""
-        async with holding.renewing:
-            if holding.lost:
+        async with flight.renewing:
+            if flight.lost:
                 return False
             try:
-                renewed = await self._leases.renew(holding.lease)
+                renewed = await self._leases.renew(flight.lease)
             except Exception:
-                if self._clock.now() < holding.lease.value.expires_at:
+                if self._clock.now() < flight.lease.value.expires_at:
                     return True  # store trouble; the lease still runs, try again later
                 renewed = None
             if renewed is None:
-                holding.lost = True
-                log.warning("lost the lease of run %s", holding.lease.run_id)
+                flight.lost = True
+                log.warning("lost the lease of run %s", flight.lease.run_id)
                 return False
-            holding.lease = renewed
+            flight.lease = renewed
             return True
 
-    async def _renew(self, holding: _Holding, task: asyncio.Task[None]) -> None:
+    async def _renew(self, flight: _InFlight, task: asyncio.Task[None]) -> None:
         """Extend the lease every third of its length; cancel the dispatch if it is lost."""
         while True:
             # elapsed time, not a wall-clock instant: a clock stepped back must not stop the
             # renewals of a live holder (tests/faults/test_faults_clock.py)
             await sleep_for(self._clock, self._leases.lease_seconds / 3)
-            if not await self._renew_once(holding):
+            if not await self._renew_once(flight):
                 task.cancel()
                 return
 

@@ -23,14 +23,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple, Protocol
 
 from ..clock import Clock
 from ..core import calendar, runcore, validation
 from ..core.events import RunCreated, RunRecord, ScheduleRecord
-from ..jetstream.leases import Held, Lease
+from ..jetstream.leases import Claimed, Lease
+from ..jetstream.outcomes import Announcement, Stored
 from ..jetstream.runlog import RunLog
 from ..jetstream.schedulelog import ScheduleLog
 from ..jetstream.store import Store
@@ -57,9 +59,14 @@ NOT_STARTED_AFTER_PAUSE = (
 )
 """The error of a scheduled Run refused by the gate."""
 
-Submit = Callable[[RunRecord, bool, Held | None, bool], None]
-"""Hand a Run to the dispatcher: (record, vetted, the lease this process holds, whether this
-process stored it)."""
+class Submit(Protocol):
+    """Hand a Run to the dispatcher (``Runtime.submit``)."""
+
+    def __call__(self, record: RunRecord, *, vetted: bool = False,
+                 claimed: Claimed | None = None, created: bool = True) -> None:
+        """``vetted``: stored within the pause-visibility bound of its Schedule read;
+        ``claimed``: the lease this process opened for it; ``created``: this process
+        stored it (else another did, and this one holds its key)."""
 
 FIRE_BATCH = 256
 """Due times stored per pipelined batch by :meth:`Firing.fire_many`."""
@@ -74,6 +81,21 @@ CONFIRMATION_REUSE = 0.05
 _run_id = functools.lru_cache(maxsize=16 * FIRE_BATCH)(scheduled_run_id)
 """The Run ID of a due time (a digest), remembered: a firing needs it for the announcement
 and again for the create."""
+
+
+class _Plan(NamedTuple):
+    """A due time of a batch whose Schedule the table holds active and due then."""
+
+    record: ScheduleRecord
+    due: datetime
+
+
+class _Ready(NamedTuple):
+    """A due time of a batch that is announced and waits for its create."""
+
+    record: ScheduleRecord
+    due: datetime
+    announced: Announcement
 
 
 class _StaleRead(Exception):
@@ -114,7 +136,7 @@ class Firing:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.store.retry_seconds
         delay = 0.05
-        announced: tuple[int | None, Lease | None] | None = None
+        announced: Announcement | None = None
         while True:
             read_at, record = await self._read(deployment_id)
             if record is None or not record.active:
@@ -159,7 +181,7 @@ class Firing:
 
     async def _create(
         self, record: ScheduleRecord, due: datetime, read_at: datetime, *, fresh_only: bool,
-        announced: tuple[int | None, Lease | None],
+        announced: Announcement,
     ) -> RunRecord:
         """Send the create of a scheduled Run once, if the Schedule read is still fresh.
 
@@ -172,28 +194,29 @@ class Firing:
             raise _StaleRead()
         if not self.store.connected:
             raise SchedulerUnavailable("the scheduler store is unavailable: not connected")
-        index_seq, lease = announced
+        lease = announced.lease
         event = runcore.indexed(self._event(record, due, now, claimed=lease is not None),
-                                index_seq)
-        seq, stored, created = await self.runs.create(
+                                announced.index_seq)
+        stored = await self.runs.create(
             event, msg_id=scheduled_create_msg_id(record.deployment_id, due), retry_seconds=0
         )
-        self._settle(stored, seq, created, lease, read_at)
-        return stored
+        self._settle(stored, lease, read_at)
+        return stored.run
 
-    def _settle(self, stored: RunRecord, seq: int, created: bool, lease: Lease | None,
-                read_at: datetime) -> None:
+    def _settle(self, stored: Stored, lease: Lease | None, read_at: datetime) -> None:
         """Hand a Run this process stored, or holds the key of, to the dispatcher."""
+        seq, run, created = stored
         if not (created or lease is not None):
             return
         # Acknowledged within the bound of the read: stored within it too, so the gate need
         # not look at it. (Stored by another replica but announced by this one: this one
         # holds its lease, so it dispatches it; the gate then looks.)
         acked = self.clock.now()
-        if created and stored.due_at is not None:
-            self.metrics.fire_lateness("stored", stored.due_at, acked)
+        if created and run.due_at is not None:
+            self.metrics.fire_lateness("stored", run.due_at, acked)
         vetted = created and (acked - read_at).total_seconds() <= PAUSE_VISIBILITY_SECONDS
-        self.submit(stored, vetted, None if lease is None else Held(lease, seq, stored), created)
+        self.submit(run, vetted=vetted,
+                    claimed=None if lease is None else Claimed(lease, seq, run), created=created)
 
     # ------------------------------------------------------------------ many due times
 
@@ -231,17 +254,17 @@ class Firing:
             return
         plans = self._plans(due_times)
         announced = await self.runs.announce_many(
-            [self._event(record, due, proven).run for record, due in plans])
-        leftovers = [(record.deployment_id, due) for (record, due), outcome
+            [self._event(plan.record, plan.due, proven).run for plan in plans])
+        leftovers = [(plan.record.deployment_id, plan.due) for plan, outcome
                      in zip(plans, announced, strict=True) if isinstance(outcome, Exception)]
-        ready = [(record, due, outcome) for (record, due), outcome
+        ready = [_Ready(plan.record, plan.due, outcome) for plan, outcome
                  in zip(plans, announced, strict=True) if not isinstance(outcome, Exception)]
         deadline = asyncio.get_running_loop().time() + self.store.retry_seconds
         while ready:
             proven = await self.freshness.confirm(reuse=CONFIRMATION_REUSE)
             if (proven is None or not self.store.connected
                     or asyncio.get_running_loop().time() > deadline):
-                leftovers += [(record.deployment_id, due) for record, due, _ in ready]
+                leftovers += [(item.record.deployment_id, item.due) for item in ready]
                 break
             # as the table stands now: a Schedule paused meanwhile is left out (its
             # announcement stays unstored, which reads skip)
@@ -257,13 +280,15 @@ class Firing:
             await self._one_by_one(leftovers)
 
     async def _create_batch(
-        self, ready: list[tuple[ScheduleRecord, datetime, tuple[int | None, Lease | None]]],
-        read_at: datetime, now: datetime, leftovers: list[tuple[str, datetime]],
+        self, ready: list[_Ready], read_at: datetime, now: datetime,
+        leftovers: list[tuple[str, datetime]],
     ) -> None:
-        events = [runcore.indexed(self._event(record, due, now, claimed=lease is not None),
-                                  index_seq)
-                  for record, due, (index_seq, lease) in ready]
-        msg_ids = [scheduled_create_msg_id(record.deployment_id, due) for record, due, _ in ready]
+        events = [runcore.indexed(self._event(item.record, item.due, now,
+                                              claimed=item.announced.lease is not None),
+                                  item.announced.index_seq)
+                  for item in ready]
+        msg_ids = [scheduled_create_msg_id(item.record.deployment_id, item.due)
+                   for item in ready]
         def still_fresh() -> bool:
             """Whether a create decided on the confirmation at ``read_at`` may still leave
             (a batch refused as a whole is sent again one by one only then)."""
@@ -271,15 +296,13 @@ class Firing:
                     <= FIRE_READ_MAX_AGE)
 
         results = await self.runs.create_many(events, msg_ids, still_fresh=still_fresh)
-        for (record, due, (_, lease)), result in zip(ready, results, strict=True):
+        for item, result in zip(ready, results, strict=True):
             if isinstance(result, Exception):
-                leftovers.append((record.deployment_id, due))
+                leftovers.append((item.record.deployment_id, item.due))
                 continue
-            seq, stored, created = result
-            self._settle(stored, seq, created, lease, read_at)
+            self._settle(result, item.announced.lease, read_at)
 
-    def _plans(self, due_times: Sequence[tuple[str, datetime]]
-               ) -> list[tuple[ScheduleRecord, datetime]]:
+    def _plans(self, due_times: Sequence[tuple[str, datetime]]) -> list[_Plan]:
         """The due times whose Schedule is active and still has them, from the table."""
         assert self.table is not None
         plans = []
@@ -289,26 +312,24 @@ class Firing:
                 continue
             if not calendar.is_due_time(record.cron, record.timezone, due):
                 continue  # its calendar changed since the ticker planned it
-            plans.append((record, due))
+            plans.append(_Plan(record, due))
         return plans
 
-    def _still_planned(
-        self, ready: list[tuple[ScheduleRecord, datetime, tuple[int | None, Lease | None]]]
-    ) -> list[tuple[ScheduleRecord, datetime, tuple[int | None, Lease | None]]]:
+    def _still_planned(self, ready: list[_Ready]) -> list[_Ready]:
         """``ready`` as the table stands now: a Schedule changed since it was planned is
         planned again (paused: left out; its calendar changed: checked again). The table
         hands out the same record until its Schedule changes, so the unchanged ones (all of
         them, but for a change in the last milliseconds) cost a lookup each."""
         assert self.table is not None
         kept = []
-        for record, due, outcome in ready:
-            current = self.table.get(record.deployment_id)
+        for item in ready:
+            current = self.table.get(item.record.deployment_id)
             if current is None:
                 continue  # deleted meanwhile
-            if current is not record and not (current.active and calendar.is_due_time(
-                    current.cron, current.timezone, due)):
+            if current is not item.record and not (current.active and calendar.is_due_time(
+                    current.cron, current.timezone, item.due)):
                 continue
-            kept.append((current, due, outcome))
+            kept.append(item._replace(record=current))
         return kept
 
     async def _one_by_one(self, due_times: Sequence[tuple[str, datetime]]) -> None:

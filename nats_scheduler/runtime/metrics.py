@@ -244,7 +244,7 @@ class Metrics:
         """This host's clock minus the store's, as the newest estimate has it."""
         self._offset.set(seconds)
 
-    def holding(self, delta: int) -> None:
+    def in_flight(self, delta: int) -> None:
         """This process took (+1) or gave up (-1) the lease of a Run."""
         if not self._live:
             return

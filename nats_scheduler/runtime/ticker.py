@@ -24,6 +24,7 @@ import heapq
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from ..clock import Clock
 from ..core import calendar
@@ -31,8 +32,42 @@ from ..core.events import ScheduleRecord
 
 log = logging.getLogger(__name__)
 
+
+
+class DueTime(NamedTuple):
+    """One due time of one Schedule: what the ticker hands to the firing."""
+
+    deployment_id: str
+    due: datetime
+
+
+class _Calendar(NamedTuple):
+    """What a Schedule is planned on; ``generation`` tells its heap entries from stale ones."""
+
+    generation: int
+    cron: str
+    timezone: str
+
+
+class _Next(NamedTuple):
+    """A heap entry: a Schedule's next due time (ordered by it)."""
+
+    due: datetime
+    generation: int
+    deployment_id: str
+
+
+class _Fallback(NamedTuple):
+    """A due time left to its owner: looked at again at ``look_at`` (due time + grace)."""
+
+    look_at: datetime
+    generation: int
+    deployment_id: str
+    due: datetime
+
+
 Fire = Callable[[str, datetime], Awaitable[object]]
-FireMany = Callable[[list[tuple[str, datetime]]], Awaitable[object]]
+FireMany = Callable[[list[DueTime]], Awaitable[object]]
 """Fire several due times at once (pipelined; runtime/firing.py ``Firing.fire_many``)."""
 Check = Callable[[str, datetime], bool]
 """(deployment, due time) -> bool: whether this process owns it / whether its Run exists."""
@@ -56,13 +91,13 @@ class Ticker:
         self._batches = asyncio.Semaphore(max_concurrent_batches)
         self._exists = exists
         self._grace = timedelta(seconds=grace)
-        self._fallbacks: list[tuple[datetime, int, str, datetime]] = []
-        """(when to look, generation, deployment, due time) of due times left to an owner."""
+        self._fallbacks: list[_Fallback] = []
+        """Due times left to an owner, a heap by when to look again."""
         self.left_to_owner = 0
         """Due times this process left to another replica that fired them in time."""
 
-        self._heap: list[tuple[datetime, int, str]] = []
-        self._current: dict[str, tuple[int, str, str]] = {}  # dep -> (generation, cron, tz)
+        self._heap: list[_Next] = []
+        self._current: dict[str, _Calendar] = {}
         self._generation = 0
         self._wake = asyncio.Event()
         self._fires: set[asyncio.Task[None]] = set()
@@ -80,7 +115,7 @@ class Ticker:
             if known is not None:
                 del self._current[record.deployment_id]  # its heap entry becomes stale
             return
-        if known is not None and (known[1], known[2]) == (record.cron, record.timezone):
+        if known is not None and (known.cron, known.timezone) == (record.cron, record.timezone):
             return  # same calendar: keep the planned due time
         self._plan(record.deployment_id, record.cron, record.timezone,
                    after or self._clock.now())
@@ -93,9 +128,9 @@ class Ticker:
             self._current.pop(deployment_id, None)
             return
         self._generation += 1
-        self._current[deployment_id] = (self._generation, cron, timezone)
+        self._current[deployment_id] = _Calendar(self._generation, cron, timezone)
         if due is not None:
-            heapq.heappush(self._heap, (due, self._generation, deployment_id))
+            heapq.heappush(self._heap, _Next(due, self._generation, deployment_id))
         self._wake.set()
 
     def next_due(self, deployment_id: str) -> datetime | None:
@@ -103,9 +138,9 @@ class Ticker:
         known = self._current.get(deployment_id)
         if known is None:
             return None
-        for due, generation, dep in self._heap:
-            if dep == deployment_id and generation == known[0]:
-                return due
+        for entry in self._heap:
+            if entry.deployment_id == deployment_id and entry.generation == known.generation:
+                return entry.due
         return None
 
     @property
@@ -123,7 +158,8 @@ class Ticker:
             self._running = False
 
     def _next_instant(self) -> datetime | None:
-        firsts = [entries[0][0] for entries in (self._heap, self._fallbacks) if entries]
+        firsts = ([self._heap[0].due] if self._heap else []) + (
+            [self._fallbacks[0].look_at] if self._fallbacks else [])
         return min(firsts) if firsts else None
 
     async def _wait_for_next(self) -> None:
@@ -143,50 +179,63 @@ class Ticker:
 
     def _drop_stale(self) -> None:
         while self._heap:
-            _, generation, dep = self._heap[0]
-            known = self._current.get(dep)
-            if known is not None and known[0] == generation:
+            first = self._heap[0]
+            known = self._current.get(first.deployment_id)
+            if known is not None and known.generation == first.generation:
                 return
             heapq.heappop(self._heap)
 
     def _fire_all_due(self) -> None:
         now = self._clock.now()
-        due_now: list[tuple[str, datetime]] = []
-        while self._heap and self._heap[0][0] <= now:
-            due, generation, dep = heapq.heappop(self._heap)
-            known = self._current.get(dep)
-            if known is None or known[0] != generation:
-                continue
-            if self._owns is None or self._owns(dep, due):
-                due_now.append((dep, due))
-            else:
-                heapq.heappush(self._fallbacks, (due + self._grace, generation, dep, due))
-            following = calendar.next_due(known[1], known[2], due)
-            if following is not None:
-                heapq.heappush(self._heap, (following, generation, dep))
-
-        while self._fallbacks and self._fallbacks[0][0] <= now:
-            _, generation, dep, due = heapq.heappop(self._fallbacks)
-            known = self._current.get(dep)
-            if known is None or known[0] != generation:
-                continue  # disabled or changed meanwhile: as for any planned due time
-            if self._exists is not None and self._exists(dep, due):
-                self.left_to_owner += 1
-                continue
-            due_now.append((dep, due))
+        due_now = self._owned_due(now) + self._fallbacks_due(now)
         if self._fire_many is not None and len(due_now) > 1:
             for start in range(0, len(due_now), self._batch):
                 self._spawn_batch(due_now[start:start + self._batch])
         else:
-            for dep, due in due_now:
-                self._spawn(dep, due)
+            for due_time in due_now:
+                self._spawn(*due_time)
 
-    def _spawn_batch(self, due_times: list[tuple[str, datetime]]) -> None:
+    def _owned_due(self, now: datetime) -> list[DueTime]:
+        """The planned due times passed by ``now`` that this process owns; each Schedule's
+        next one planned from the due time (late wake-ups fire every one), the others'
+        left to their owners for the grace."""
+        due_now: list[DueTime] = []
+        while self._heap and self._heap[0].due <= now:
+            entry = heapq.heappop(self._heap)
+            known = self._current.get(entry.deployment_id)
+            if known is None or known.generation != entry.generation:
+                continue
+            if self._owns is None or self._owns(entry.deployment_id, entry.due):
+                due_now.append(DueTime(entry.deployment_id, entry.due))
+            else:
+                heapq.heappush(self._fallbacks, _Fallback(
+                    entry.due + self._grace, entry.generation, entry.deployment_id, entry.due))
+            following = calendar.next_due(known.cron, known.timezone, entry.due)
+            if following is not None:
+                heapq.heappush(self._heap,
+                               _Next(following, entry.generation, entry.deployment_id))
+        return due_now
+
+    def _fallbacks_due(self, now: datetime) -> list[DueTime]:
+        """Due times left to an owner whose grace has passed with no Run reaching us."""
+        due_now: list[DueTime] = []
+        while self._fallbacks and self._fallbacks[0].look_at <= now:
+            left = heapq.heappop(self._fallbacks)
+            known = self._current.get(left.deployment_id)
+            if known is None or known.generation != left.generation:
+                continue  # disabled or changed meanwhile: as for any planned due time
+            if self._exists is not None and self._exists(left.deployment_id, left.due):
+                self.left_to_owner += 1
+                continue
+            due_now.append(DueTime(left.deployment_id, left.due))
+        return due_now
+
+    def _spawn_batch(self, due_times: list[DueTime]) -> None:
         task = asyncio.create_task(self._fire_batch(due_times))
         self._fires.add(task)
         task.add_done_callback(self._fires.discard)
 
-    async def _fire_batch(self, due_times: list[tuple[str, datetime]]) -> None:
+    async def _fire_batch(self, due_times: list[DueTime]) -> None:
         assert self._fire_many is not None
         async with self._batches:
             try:

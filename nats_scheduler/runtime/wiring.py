@@ -41,7 +41,7 @@ from ..core.serverclock import Sample
 from ..jetstream.connection import connect
 from ..jetstream.follower import Follower
 from ..jetstream.history import RunHistory, retention_slice
-from ..jetstream.leases import Held, Leases
+from ..jetstream.leases import Claimed, Leases
 from ..jetstream.presence import Presence
 from ..jetstream.runlog import RunLog
 from ..jetstream.schedulelog import ScheduleLog
@@ -114,7 +114,7 @@ class Runtime:
         self._identity = identity
         self.freshness = Freshness(store, self._schedules_position, clock)
         self.firing = Firing(store=store, schedules=self.schedules, runs=self.runs, clock=clock,
-                             identity=identity, submit=self._submit, table=table,
+                             identity=identity, submit=self.submit, table=table,
                              freshness=self.freshness, metrics=self.metrics)
         self.dispatcher: Dispatcher | None = None
         self.ticker: Ticker | None = None
@@ -229,7 +229,7 @@ class Runtime:
         """Wait for the Schedule table to load (at once when it has).
 
         SchedulerUnavailable when the load fails, or makes no progress for
-        ``READY_PATIENCE_SECONDS``: a caller is told, not held for ever."""
+        ``READY_PATIENCE_SECONDS``: a caller is told, not kept waiting for ever."""
         follower = self.followers[0] if self.followers else None
         progress = -1
         while not self._ready.is_set():
@@ -411,24 +411,19 @@ class Runtime:
         """The Schedule stream sequence the Schedule table has applied up to."""
         return self.followers[0].applied_seq if self.followers else 0
 
-    def submit(self, record: RunRecord, held: Held | None = None, *,
-               created: bool = True) -> None:
-        """Dispatch a Run this process stored (Run now, Replay) or holds the key of."""
-        self._submit(record, False, held, created)
-
-    def _submit(self, record: RunRecord, vetted: bool, held: Held | None,
-                created: bool = True) -> None:
+    def submit(self, record: RunRecord, *, vetted: bool = False,
+               claimed: Claimed | None = None, created: bool = True) -> None:
         """Every Run this process stored (fired, Run now, Replay), or opened the key of, passes
-        here once."""
+        here once (``firing.Submit`` says what each argument means)."""
         if created:
             self.metrics.run_created(record.trigger)
         if record.finished:
-            if held is not None:  # a repeat announced a Run that had ended: close its key
-                task = asyncio.create_task(self.leases.release(held.lease, finished=True))
+            if claimed is not None:  # a repeat announced a Run that had ended: close its key
+                task = asyncio.create_task(self.leases.release(claimed.lease, finished=True))
                 self._closing.add(task)
                 task.add_done_callback(self._closing.discard)
         elif self.dispatcher is not None:
-            self.dispatcher.submit(record.run_id, vetted=vetted, held=held)
+            self.dispatcher.submit(record.run_id, vetted=vetted, claimed=claimed)
 
     async def serve(self, service: Service) -> None:
         """Run ``service`` as this process's admin service, replacing the one running.
