@@ -34,7 +34,6 @@ from .core.events import (
     ScheduleRecord,
     encode,
 )
-from .jetstream.leases import Claimed
 from .jetstream.runlog import RunLog
 from .jetstream.schedulelog import Decide as ScheduleDecision
 from .jetstream.store import Store
@@ -410,12 +409,7 @@ class NatsSchedulerProvider:
             due_at=None, payload=payload, now=self._now(), actor=self._identity,
             replay_of=request.replay_of, requested_by=request.requested_by, reason=reason,
         )
-        index_seq, lease = await running.runs.announce(event.run)
-        seq, stored, created = await running.runs.create(runcore.indexed(event, index_seq),
-                                                         msg_id=msg_id)
-        if created or lease is not None:
-            running.submit(stored, claimed=None if lease is None else Claimed(lease, seq, stored),
-                           created=created)
+        stored = await running.firing.store_requested(event, msg_id=msg_id)
         return stored.to_run()
 
     async def _find_run(self, run_id: str) -> RunRecord | None:

@@ -204,19 +204,33 @@ class Firing:
         return stored.run
 
     def _settle(self, stored: Stored, lease: Lease | None, read_at: datetime) -> None:
-        """Hand a Run this process stored, or holds the key of, to the dispatcher."""
-        seq, run, created = stored
-        if not (created or lease is not None):
+        """Hand a scheduled Run this process stored, or holds the key of, to the dispatcher."""
+        if not (stored.created or lease is not None):
             return
         # Acknowledged within the bound of the read: stored within it too, so the gate need
         # not look at it. (Stored by another replica but announced by this one: this one
         # holds its lease, so it dispatches it; the gate then looks.)
         acked = self.clock.now()
-        if created and run.due_at is not None:
-            self.metrics.fire_lateness("stored", run.due_at, acked)
-        vetted = created and (acked - read_at).total_seconds() <= PAUSE_VISIBILITY_SECONDS
-        self.submit(run, vetted=vetted,
-                    claimed=None if lease is None else Claimed(lease, seq, run), created=created)
+        if stored.created and stored.run.due_at is not None:
+            self.metrics.fire_lateness("stored", stored.run.due_at, acked)
+        vetted = stored.created and (acked - read_at).total_seconds() <= PAUSE_VISIBILITY_SECONDS
+        self._hand_over(stored, lease, vetted=vetted)
+
+    def _hand_over(self, stored: Stored, lease: Lease | None, *, vetted: bool) -> None:
+        if stored.created or lease is not None:
+            self.submit(stored.run, vetted=vetted, created=stored.created,
+                        claimed=None if lease is None else Claimed(lease, stored.seq, stored.run))
+
+    async def store_requested(self, event: RunCreated, *, msg_id: str) -> RunRecord:
+        """Store a Run asked for (Run now, Replay) the way a due time's is: announced, created,
+        handed to the dispatcher with the lease the announcement opened. No Schedule read to
+        keep fresh: the gate only judges scheduled Runs. Returns the stored Run (another
+        request's, for a repeated request ID)."""
+        announced = await self.runs.announce(event.run)
+        stored = await self.runs.create(runcore.indexed(event, announced.index_seq),
+                                        msg_id=msg_id)
+        self._hand_over(stored, announced.lease, vetted=False)
+        return stored.run
 
     # ------------------------------------------------------------------ many due times
 
