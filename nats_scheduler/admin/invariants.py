@@ -64,11 +64,11 @@ from ..core.events import (
     ScheduleEvent,
     ScheduleRecord,
 )
+from ..core.pause_visibility import NOT_STARTED_AFTER_PAUSE, PAUSE_VISIBILITY_SECONDS
 from ..core.runcore import TransitionError, evolve
 from ..jetstream.leases import LeaseValue
 from ..names import Names, due_token, scheduled_run_id
 from ..projections.ledger import Ledger
-from ..runtime.firing import NOT_STARTED_AFTER_PAUSE, PAUSE_VISIBILITY_SECONDS
 from ..seam import RunState, Trigger
 
 CHECKS: dict[str, str] = {
