@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Sequence
 from typing import ClassVar
 
 from textual import work
@@ -257,13 +256,3 @@ async def run_console(
     """Run the console in the current event loop until the operator quits."""
     await AstraboxConsole(backend=backend, user=user, can_act=can_act, clock=clock).run_async()
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``astrabox-sched-tui``: flags/environment -> connection -> console."""
-    from .launch import launch
-
-    return launch(argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -160,3 +160,12 @@ def launch(argv: Sequence[str] | None = None) -> int:
     )
     asyncio.run(_run(link, app))
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``astrabox-sched-tui``: flags/environment -> connection -> console."""
+    return launch(argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

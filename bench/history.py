@@ -56,7 +56,7 @@ from nats_scheduler.names import (
     random_run_id,
 )
 from nats_scheduler.natsserver.process import NatsServer
-from nats_scheduler.runtime.reads import FRESH, merge
+from nats_scheduler.projections.reads import FRESH, merge
 from nats_scheduler.seam import RunPayload, Schedule, Trigger
 from nats_scheduler.testing.handler import RecordingRunHandler
 

@@ -30,6 +30,8 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from .core.validation import check_id
+
 # Header names, grouped by the ADR that defines them (see nats.js.api.Header). They live here,
 # not in a ``jetstream/headers.py``, because the admin service's error headers are names of the
 # same kind and are no part of ``jetstream/``: one module holds every name the provider uses.
@@ -137,7 +139,6 @@ SERVICE_NAME = "astrabox-scheduler"
 
 _SAFE_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 _SAFE_TEXT = re.compile(r"[A-Za-z0-9_-]+")
-MAX_ID_LENGTH = 255
 
 
 def token(value: str) -> str:
@@ -146,18 +147,12 @@ def token(value: str) -> str:
     Injective (``%`` itself is escaped), readable for ordinary IDs (``daily-report`` stays
     as it is), and never produces ``.``, ``*``, ``>``, whitespace or an empty token.
     Raises ValueError for an empty ID, one longer than 255 characters, or one that is not
-    valid Unicode text (lone surrogates).
+    valid Unicode text (lone surrogates): the domain's rule, :func:`validation.check_id`.
     """
-    if not value:
-        raise ValueError("an ID must not be empty")
-    if len(value) > MAX_ID_LENGTH:
-        raise ValueError(f"an ID must be at most {MAX_ID_LENGTH} characters")
+    check_id(value)
     if _SAFE_TEXT.fullmatch(value):
         return value  # the usual case, and a Run ID always: nothing to escape
-    try:
-        raw = value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError("an ID must be valid Unicode text") from exc
+    raw = value.encode("utf-8")
     return "".join(chr(b) if b in _SAFE_BYTES else f"%{b:02X}" for b in raw)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from nats_scheduler.admin.reader import REPLICA_STATUS_ENDPOINT
 from nats_scheduler.admin.service import AdminService
-from nats_scheduler.cli.common import _FLAGS
+from nats_scheduler.command_line import FLAG_VARIABLES
 from nats_scheduler.natsserver.config import REPO_CONFIG
 from nats_scheduler.settings import NatsSettings
 
@@ -59,7 +59,7 @@ def test_every_setting_is_documented_with_its_default() -> None:
 
 def test_every_connection_flag_is_documented() -> None:
     rows = table_rows(DOC)
-    for flag, variable in _FLAGS.items():
+    for flag, variable in FLAG_VARIABLES.items():
         option = "--" + flag.replace("_", "-")
         assert option in rows and rows[option][1] == f"`{variable}`", option
 

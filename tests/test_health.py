@@ -26,7 +26,7 @@ from nats_scheduler.admin.views import (
 from nats_scheduler.core.events import Hold, RunRecord, ScheduleRecord
 from nats_scheduler.names import scheduled_run_id
 from nats_scheduler.projections.ledger import Ledger
-from nats_scheduler.runtime.reads import merge
+from nats_scheduler.projections.reads import merge
 from nats_scheduler.seam import RunPayload, RunState, Trigger
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)

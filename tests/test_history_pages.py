@@ -18,7 +18,7 @@ from nats_scheduler.core.events import RunRecord, encode
 from nats_scheduler.jetstream.direct import DirectRefused, reader_of
 from nats_scheduler.jetstream.history import IndexEntry
 from nats_scheduler.names import HDR_MSG_ID, Names, index_msg_id, random_run_id
-from nats_scheduler.runtime.reads import FRESH, FreshRuns
+from nats_scheduler.projections.reads import FRESH, FreshRuns
 from nats_scheduler.seam import RunNotFound, RunPayload, Schedule, Trigger
 from tests.harness.servers import connect_fast, unique_prefix
 from tests.providers import running

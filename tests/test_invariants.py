@@ -494,7 +494,7 @@ def test_a_late_create_carrying_its_claim_counts_as_started_unless_refused(
         refused: bool, violation: bool) -> None:
     """Schema 2: a create may carry its creator's claim; stored after the pause it is a
     start unless the gate's refusal follows it."""
-    from nats_scheduler.runtime.firing import NOT_STARTED_AFTER_PAUSE
+    from nats_scheduler.core.pause_visibility import NOT_STARTED_AFTER_PAUSE
 
     b = Builder()
     b.apply(-60)

@@ -157,8 +157,10 @@ def test_decision_nonces_are_a_writer_part_then_a_hex_counter() -> None:
 
 
 def _fresh_copy_of_names() -> types.ModuleType:
-    """names.py executed once more, apart from the imported one (which stays as it is)."""
-    spec = importlib.util.spec_from_file_location("names_copy", names_module.__file__)
+    """names.py executed once more, apart from the imported one (which stays as it is); in
+    the package, so its relative imports resolve."""
+    spec = importlib.util.spec_from_file_location("nats_scheduler._names_copy",
+                                                  names_module.__file__)
     assert spec is not None and spec.loader is not None
     copy = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = copy  # dataclasses look their module up while it executes

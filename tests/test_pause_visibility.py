@@ -35,9 +35,10 @@ from nats_scheduler.core.events import (
     RunSessionStarted,
     encode,
 )
+from nats_scheduler.core.pause_visibility import NOT_STARTED_AFTER_PAUSE
 from nats_scheduler.names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, Names, scheduled_run_id
 from nats_scheduler.provider import NatsSchedulerProvider
-from nats_scheduler.runtime.firing import FIRE_READ_MAX_AGE, NOT_STARTED_AFTER_PAUSE
+from nats_scheduler.runtime.firing import FIRE_READ_MAX_AGE
 from nats_scheduler.seam import Run, RunNotFound, RunPayload, RunState, Schedule, Trigger
 from nats_scheduler.testing.handler import RecordingRunHandler
 from tests.harness.history import deployment_run_history

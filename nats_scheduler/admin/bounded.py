@@ -23,6 +23,10 @@ T = TypeVar("T")
 
 _encoder = msgspec.json.Encoder()
 
+PAGE_BYTES_MIN = 64 * 1024
+"""The least a page of the Schedule list (or of a bulk action's IDs) may hold, when the
+server's largest message is unknown."""
+
 REPLICA_IN_FLIGHT_SHARE = 0.1
 """Of the budget, what one replica's ``replica.status`` may spend on its in-flight Runs
 (several replicas' answers are gathered into one ``cluster.status``)."""

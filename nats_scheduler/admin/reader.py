@@ -41,8 +41,8 @@ from ..jetstream.runlog import RunLog
 from ..jetstream.store import Store
 from ..names import HDR_KV_OPERATION, HDR_STATUS, Names, token
 from ..projections.ledger import Ledger
+from ..projections.reads import RunReads, load_ledger, load_recent
 from ..projections.schedule_table import ScheduleTable
-from ..runtime.reads import RunReads, load_ledger, load_recent
 from ..seam import SchedulerError
 from ..settings import NatsSettings
 from .api import (

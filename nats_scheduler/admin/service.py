@@ -26,7 +26,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 from nats.micro import add_service
@@ -35,25 +35,13 @@ from nats.micro.service import Service
 
 from ..clock import Clock, SystemClock
 from ..core.events import ScheduleRecord
-from ..names import HDR_SERVICE_ERROR, HDR_SERVICE_ERROR_CODE, SERVICE_NAME
-from ..seam import (
-    EnqueueRequest,
-    InvalidSchedule,
-    RunNotFound,
-    ScheduleCapacityExceeded,
-    ScheduleNotFound,
-    SchedulerConfigurationError,
-    SchedulerError,
-    SchedulerUnavailable,
-    Trigger,
-)
+from ..names import SERVICE_NAME
+from ..seam import EnqueueRequest, Trigger
 from .api import (
     AdminError,
     BulkAction,
     BulkResult,
     ClusterStatus,
-    ErrorAnswer,
-    ErrorBody,
     ErrorCode,
     Health,
     OperatorAction,
@@ -72,42 +60,23 @@ from .api import (
     ScheduleView,
 )
 from .bounded import (
+    PAGE_BYTES_MIN,
     bounded_cluster_status,
     bounded_health,
     bounded_replica,
     fit,
     reply_budget,
 )
+from .bulk import change_matching
 from .health import HealthPolicy, build_health
+from .host import AdminHost
 from .reader import REPLICA_STATUS_ENDPOINT, StoreReader, lease_expiries
-from .views import (
-    matches,
-    probe_limit,
-    run_list,
-    schedule_detail,
-    schedule_page,
-    schedule_view,
-)
-
-if TYPE_CHECKING:
-    from ..provider import NatsSchedulerProvider
+from .service_errors import error_body, error_headers, optional_reason, required, to_admin_error
+from .views import probe_limit, run_list, schedule_detail, schedule_page, schedule_view
 
 log = logging.getLogger(__name__)
 
 R = TypeVar("R", bound=msgspec.Struct)
-
-PAGE_BYTES_MIN = 64 * 1024
-"""The least a page of the Schedule list may hold (when the server's limit is unknown)."""
-
-_HTTP_LIKE = {
-    ErrorCode.INVALID_REQUEST: "400",
-    ErrorCode.FORBIDDEN: "403",
-    ErrorCode.NOT_FOUND: "404",
-    ErrorCode.CONFLICT: "409",
-    ErrorCode.INTERNAL: "500",
-    ErrorCode.UNAVAILABLE: "503",
-}
-"""``Nats-Service-Error-Code`` per error code (micro's convention is HTTP-like numbers)."""
 
 _encoder = msgspec.json.Encoder()
 
@@ -123,40 +92,10 @@ def _version() -> str:
         return "0.0.0"
 
 
-def to_admin_error(exc: BaseException) -> AdminError:
-    """The admin error for anything an endpoint raised (messages are already clean)."""
-    if isinstance(exc, AdminError):
-        return exc
-    if isinstance(exc, (ScheduleNotFound, RunNotFound)):
-        return AdminError(ErrorCode.NOT_FOUND, str(exc))
-    if isinstance(exc, ScheduleCapacityExceeded):
-        return AdminError(ErrorCode.CONFLICT, str(exc))
-    if isinstance(exc, msgspec.ValidationError):  # before ValueError: it is one
-        return AdminError(ErrorCode.INVALID_REQUEST, f"the request is not valid: {exc}")
-    if isinstance(exc, msgspec.DecodeError):
-        return AdminError(ErrorCode.INVALID_REQUEST, "the request is not valid JSON")
-    if isinstance(exc, (InvalidSchedule, ValueError)):
-        return AdminError(ErrorCode.INVALID_REQUEST, str(exc))
-    if isinstance(exc, (SchedulerUnavailable, SchedulerConfigurationError, SchedulerError)):
-        return AdminError(ErrorCode.UNAVAILABLE, str(exc))
-    return AdminError(ErrorCode.INTERNAL,
-                      "the scheduler could not complete the request; see the scheduler's log")
-
-
-def error_body(error: AdminError) -> bytes:
-    return _encoder.encode(ErrorAnswer(error=ErrorBody(code=error.code, message=error.message)))
-
-
-def _required(value: str, what: str) -> str:
-    if not value or not value.strip():
-        raise AdminError(ErrorCode.INVALID_REQUEST, f"{what} must not be empty")
-    return value.strip()
-
-
 class AdminService:
     """The micro service of one provider process. Use :func:`start_admin_service`."""
 
-    def __init__(self, provider: NatsSchedulerProvider, *,
+    def __init__(self, provider: AdminHost, *,
                  policy: HealthPolicy | None = None, clock: Clock | None = None) -> None:
         self.provider = provider
         self.clock: Clock = clock or SystemClock()
@@ -251,10 +190,7 @@ class AdminService:
                 error = to_admin_error(exc)
                 if error.code == ErrorCode.INTERNAL:
                     log.exception("admin request on %s failed", request.subject)
-                await request.respond(error_body(error), headers={
-                    HDR_SERVICE_ERROR: error.message,
-                    HDR_SERVICE_ERROR_CODE: _HTTP_LIKE[error.code],
-                })
+                await request.respond(error_body(error), headers=error_headers(error))
                 return
             await request.respond(body)
 
@@ -285,64 +221,25 @@ class AdminService:
         return schedule_detail(record, self.provider.ledger, self._clock_now)
 
     async def hold(self, req: OperatorAction) -> ScheduleView:
-        by, reason = _required(req.by, "by"), _required(req.reason, "reason")
+        by, reason = required(req.by, "by"), required(req.reason, "reason")
         record = await self.provider.hold(req.deployment_id, by=by, reason=reason)
         log.info("%s held %s: %s", by, req.deployment_id, reason)
         return self._view(record)
 
     async def release(self, req: OperatorAction) -> ScheduleView:
-        by, reason = _required(req.by, "by"), _required(req.reason, "reason")
+        by, reason = required(req.by, "by"), required(req.reason, "reason")
         record = await self.provider.release(req.deployment_id, by=by, reason=reason)
         log.info("%s released %s: %s", by, req.deployment_id, reason)
         return self._view(record)
 
     async def _bulk(self, req: BulkAction, held: bool) -> BulkResult:
-        """Hold or release the matching Schedules in deployment-ID order, after ``after``.
-
-        With ``limit``: at most that many, and no more than half the server's largest
-        message of IDs, then ``next_after`` says where the next page starts (the cursor
-        walks the filter, which an action does not change). Without: all of them, the ID
-        lists cut where they would no longer fit, the counts complete (``truncated``).
-        """
-        text = _required(req.filter, "a bulk action's filter")
-        by, reason = _required(req.by, "by"), _required(req.reason, "reason")
-        if req.limit is not None:
-            check_bulk_limit(req.limit)
-        change = self.provider.hold if held else self.provider.release
-        largest = self.provider.store.max_payload
-        budget = largest // 2 if largest else PAGE_BYTES_MIN
-        chosen = sorted(
-            (r for r in self.provider.schedules.all()
-             if not r.deleted and (req.after is None or r.deployment_id > req.after)
-             and matches(r, text)),
-            key=lambda r: r.deployment_id)
-        changed: list[str] = []
-        unchanged: list[str] = []
-        counts = [0, 0]  # changed, unchanged
-        size, truncated, next_after = 0, False, None
-        for index, record in enumerate(chosen):
-            dep = record.deployment_id
-            cost = len(_encoder.encode(dep)) + 1
-            if req.limit is not None and index and (index >= req.limit
-                                                    or size + cost > budget):
-                next_after = chosen[index - 1].deployment_id
-                break
-            done = False
-            if (record.hold is not None) != held:
-                after = await change(dep, by=by, reason=reason)
-                done = (after.hold is not None) == held
-            counts[0 if done else 1] += 1
-            if size + cost > budget:
-                truncated = True
-                continue
-            size += cost
-            (changed if done else unchanged).append(dep)
-        log.info("%s %s %d schedules matching %r (%d unchanged%s): %s", by,
-                 "held" if held else "released", counts[0], text, counts[1],
-                 ", more follow" if next_after else "", reason)
-        return BulkResult(changed=changed, unchanged=unchanged, changed_count=counts[0],
-                          unchanged_count=counts[1], next_after=next_after,
-                          truncated=truncated)
+        """Hold or release the Schedules a filter matches (admin/bulk.py), then log it."""
+        result = await change_matching(self.provider, req, held)
+        log.info("%s %s %d schedules matching %r (%d unchanged%s): %s", req.by.strip(),
+                 "held" if held else "released", result.changed_count, req.filter.strip(),
+                 result.unchanged_count, ", more follow" if result.next_after else "",
+                 req.reason.strip())
+        return result
 
     async def hold_bulk(self, req: BulkAction) -> BulkResult:
         return await self._bulk(req, held=True)
@@ -376,18 +273,18 @@ class AdminService:
         return record if record is not None else RunView.from_run(run)
 
     async def run_now(self, req: RunNowRequest) -> RunView:
-        by = _required(req.by, "by")
+        by = required(req.by, "by")
         return await self._enqueue(EnqueueRequest(
             deployment_id=req.deployment_id, trigger=Trigger.RUN_NOW,
-            request_id=req.request_id, requested_by=by), _reason(req.reason))
+            request_id=req.request_id, requested_by=by), optional_reason(req.reason))
 
     async def replay(self, req: ReplayRequest) -> RunView:
-        by = _required(req.by, "by")
+        by = required(req.by, "by")
         original = await self.provider.get_run(req.run_id)
         return await self._enqueue(EnqueueRequest(
             deployment_id=original.deployment_id, trigger=Trigger.REPLAY,
             replay_of=original.run_id, request_id=req.request_id, requested_by=by),
-            _reason(req.reason))
+            optional_reason(req.reason))
 
     # ------------------------------------------------------------------ cluster
 
@@ -434,22 +331,7 @@ class AdminService:
                                                       **self._offset()), self._budget())
 
 
-MAX_BULK_PAGE = 1000
-"""The most Schedules one page of a bulk action may change (a page answers in seconds)."""
-
-
-def check_bulk_limit(limit: int) -> None:
-    if isinstance(limit, bool) or not 1 <= limit <= MAX_BULK_PAGE:
-        raise AdminError(ErrorCode.INVALID_REQUEST,
-                         f"a bulk page's limit must be between 1 and {MAX_BULK_PAGE}")
-
-
-def _reason(value: str | None) -> str | None:
-    return value.strip() if value and value.strip() else None
-
-
-
-async def start_admin_service(provider: NatsSchedulerProvider, *,
+async def start_admin_service(provider: AdminHost, *,
                               policy: HealthPolicy | None = None,
                               clock: Clock | None = None) -> AdminService:
     """Serve a started provider's admin service with these options, replacing its own.

@@ -1,16 +1,10 @@
 """What every ``nats-scheduler`` command shares: connection flags, exit codes, output.
 
-Connection flags map onto the provider's settings (:class:`~nats_scheduler.settings.
-NatsSettings`) and fall back to the same ``ASTRABOX_NATS_*`` environment; without any URL
-the command line talks to ``nats://127.0.0.1:4222`` (``nats-scheduler server`` and the
-demo's default address).
-
-Exit codes (stable, for scripts)::
-
-    0 ok                      4 unavailable (no server / no scheduler process for an action)
-    1 internal error          5 forbidden
-    2 invalid request/usage   6 conflict
-    3 not found               7 unhealthy (status found problems, doctor found a failure)
+The flags, exit codes and plain output that the dev host's command line uses too live in
+:mod:`nats_scheduler.command_line` (the exit codes are listed there) and are importable
+from here as well; what needs the admin client stays here: the settings a command connects
+with (the default URL when none is given), the client on a fresh connection, and the exit
+code of each admin error.
 """
 
 from __future__ import annotations
@@ -18,31 +12,43 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import getpass
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
-
-import msgspec
 
 from ..admin.api import AdminError, ErrorCode
 from ..admin.client import AdminClient
 from ..admin.permissions import ViolationLog
+from ..command_line import (
+    DEFAULT_URL,
+    EXIT_CONFLICT,
+    EXIT_FORBIDDEN,
+    EXIT_INTERNAL,
+    EXIT_INVALID,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    EXIT_UNHEALTHY,
+    connection_flags,
+    default_actor,
+    env_from_args,
+    output_flags,
+    print_json,
+    table,
+)
 from ..jetstream.connection import connect
 from ..seam import SchedulerConfigurationError, SchedulerError
-from ..settings import NatsSettings, connection_flags_env
+from ..settings import NatsSettings
 
-EXIT_OK = 0
-EXIT_INTERNAL = 1
-EXIT_INVALID = 2
-EXIT_NOT_FOUND = 3
-EXIT_UNAVAILABLE = 4
-EXIT_FORBIDDEN = 5
-EXIT_CONFLICT = 6
-EXIT_UNHEALTHY = 7
+__all__ = [
+    "DEFAULT_URL", "EXIT_CONFLICT", "EXIT_FORBIDDEN", "EXIT_FOR_CODE", "EXIT_INTERNAL",
+    "EXIT_INVALID", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_UNHEALTHY",
+    "admin_client", "connection_flags", "default_actor", "env_from_args", "output_flags",
+    "print_json", "report_error", "run_command", "settings_from_args", "short_id", "table",
+    "when",
+]
 
 EXIT_FOR_CODE = {
     ErrorCode.INVALID_REQUEST: EXIT_INVALID,
@@ -52,40 +58,6 @@ EXIT_FOR_CODE = {
     ErrorCode.CONFLICT: EXIT_CONFLICT,
     ErrorCode.INTERNAL: EXIT_INTERNAL,
 }
-
-DEFAULT_URL = "nats://127.0.0.1:4222"
-
-_FLAGS = connection_flags_env()
-
-
-def connection_flags() -> argparse.ArgumentParser:
-    """A parent parser with the connection flags (each falls back to its variable)."""
-    parent = argparse.ArgumentParser(add_help=False)
-    group = parent.add_argument_group("connection (flags override ASTRABOX_NATS_* variables)")
-    group.add_argument("--url", help=f"server URLs, comma-separated (ASTRABOX_NATS_URL; "
-                                     f"default {DEFAULT_URL})")
-    group.add_argument("--creds", help="credentials file (ASTRABOX_NATS_CREDS)")
-    group.add_argument("--user", help="user name (ASTRABOX_NATS_USER)")
-    group.add_argument("--password", help="password (ASTRABOX_NATS_PASSWORD)")
-    group.add_argument("--tls-ca", help="CA certificate (ASTRABOX_NATS_TLS_CA)")
-    group.add_argument("--tls-cert", help="client certificate (ASTRABOX_NATS_TLS_CERT)")
-    group.add_argument("--tls-key", help="client key (ASTRABOX_NATS_TLS_KEY)")
-    group.add_argument("--prefix", help="namespace (ASTRABOX_NATS_PREFIX; default SCHED)")
-    group.add_argument("--timeout", type=float, default=5.0,
-                       help="seconds to wait for the server and for answers (default 5)")
-    return parent
-
-
-def output_flags() -> argparse.ArgumentParser:
-    parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument("--json", action="store_true", help="machine-readable JSON output")
-    return parent
-
-
-def env_from_args(args: argparse.Namespace) -> dict[str, str]:
-    """The ``ASTRABOX_NATS_*`` variables the given flags stand for (for child processes)."""
-    return {var: str(getattr(args, flag)) for flag, var in _FLAGS.items()
-            if getattr(args, flag, None)}
 
 
 def settings_from_args(args: argparse.Namespace,
@@ -120,15 +92,6 @@ async def admin_client(args: argparse.Namespace) -> AsyncIterator[AdminClient]:
             await asyncio.wait_for(nc.close(), 2.0)
 
 
-def default_actor() -> str:
-    """``user@host``: who an action is recorded as when ``--by`` is not given."""
-    try:
-        user = getpass.getuser()
-    except (OSError, KeyError):
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
-
-
 def run_command(args: argparse.Namespace,
                 body: Callable[[argparse.Namespace], Awaitable[int]]) -> int:
     """Run an async command; map failures to clean messages and exit codes."""
@@ -154,27 +117,11 @@ def report_error(args: argparse.Namespace, code: ErrorCode, message: str) -> int
 # ----------------------------------------------------------------------------- output
 
 
-def print_json(value: Any) -> None:
-    """Any msgspec Struct, list or dict as indented JSON on stdout."""
-    data = msgspec.json.encode(msgspec.to_builtins(value))
-    print(msgspec.json.format(data, indent=2).decode(), flush=True)
-
-
 def when(value: datetime | None, now: datetime | None = None) -> str:
     """A short UTC time: ``2026-05-01 12:00:00Z`` (``-`` for None)."""
     if value is None:
         return "-"
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A plain text table with left-aligned columns."""
-    cells = [[str(h) for h in headers]] + [[("-" if c is None else str(c)) for c in row]
-                                           for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-             for row in cells]
-    return "\n".join(lines)
 
 
 def short_id(value: str | None, size: int = 12) -> str:

@@ -11,7 +11,17 @@ import asyncio
 import sys
 from pathlib import Path
 
-from ..devhost.demo import DemoOptions, interactive, run_demo
+from ..admin.client import AdminClient
+from ..command_line import default_actor
+from ..devhost.demo import DemoConsole, DemoOptions, interactive, run_demo
+
+
+def open_console(client: AdminClient) -> DemoConsole:
+    """The console app on ``client``, acting as the local user (Textual is imported only
+    when a console is shown)."""
+    from admin_tui.app import AstraboxConsole
+
+    return AstraboxConsole(backend=client, user=default_actor())
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -19,7 +29,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if not headless and not interactive():
         print("no terminal: running headless (one line per Run state change)", flush=True)
         headless = True
-    options = DemoOptions(root=Path(args.dir), headless=headless,
+    options = DemoOptions(root=Path(args.dir), console=None if headless else open_console,
                           seconds=args.seconds if args.seconds and args.seconds > 0 else None,
                           replicas=args.replicas, port=args.port)
     try:

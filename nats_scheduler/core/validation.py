@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from ..names import token
 from ..seam import EnqueueRequest, InvalidSchedule, Schedule, Trigger
 from . import calendar
 
@@ -29,15 +28,38 @@ leads to can be stored (tests/test_hostile_input.py)."""
 MAX_PAGE = 1000
 """The seam's largest ``list_runs`` page."""
 
+MAX_ID_LENGTH = 255
+"""Longest deployment or Run ID, in characters."""
+
+
+def check_id(value: str) -> None:
+    """ValueError unless ``value`` can be an ID: not empty, at most :data:`MAX_ID_LENGTH`
+    characters, valid Unicode text (no lone surrogates); TypeError when it is no text.
+
+    The rule is the domain's, so it lives here; :func:`names.token`, which turns a usable
+    ID into one subject token, applies it first (core imports nothing of NATS naming).
+    """
+    if not value:
+        raise ValueError("an ID must not be empty")
+    if len(value) > MAX_ID_LENGTH:
+        raise ValueError(f"an ID must be at most {MAX_ID_LENGTH} characters")
+    if not isinstance(value, str):
+        raise TypeError(f"an ID must be text, not {type(value).__name__}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError("an ID must be valid Unicode text") from exc
+
 
 def usable_id(value: object) -> bool:
-    """Whether ``value`` can name a deployment or Run in the store (see :func:`names.token`).
+    """Whether ``value`` can name a deployment or Run in the store (see :func:`check_id`).
 
     An ID that is not usable can never have been stored: reads of it find nothing and
     deleting it is a no-op.
     """
     try:
-        token(value)  # type: ignore[arg-type]
+        check_id(value)  # type: ignore[arg-type]
     except (ValueError, TypeError):
         return False
     return True
@@ -46,7 +68,7 @@ def usable_id(value: object) -> bool:
 def check_deployment_id(value: str) -> None:
     """InvalidSchedule when ``value`` cannot name a deployment."""
     try:
-        token(value)
+        check_id(value)
     except (ValueError, TypeError) as exc:
         raise InvalidSchedule(f"deployment ID {str(value)[:80]!r} is not usable: {exc}") from None
 

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from ..cli.common import (
+from ..command_line import (
     EXIT_INVALID,
     EXIT_NOT_FOUND,
     EXIT_OK,

@@ -9,7 +9,9 @@ What runs (all data under ``.demo/`` in the current directory):
 - sample Schedules in several time zones, one of them every minute, so a Run is dispatched
   within a minute of starting;
 - the console (``admin_tui``) on the admin service; ``--headless`` (or no terminal) prints
-  one line per Run state change instead.
+  one line per Run state change instead. The command line hands the console in
+  (:attr:`DemoOptions.console`): the dev host does not import the console, which is a
+  client of the admin service like any other.
 
 Ctrl+C or SIGTERM stops everything: the replicas by PID (SIGTERM, then SIGKILL after a
 grace period), then the server. The replicas run in their own session (so Ctrl+C reaches
@@ -26,9 +28,10 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from ..admin.api import AdminError
 from ..admin.client import AdminClient
@@ -38,9 +41,6 @@ from ..natsserver.process import NatsServer
 from ..seam import RunState, SchedulerError
 from ..settings import NatsSettings
 from .records import DeploymentStore
-
-if TYPE_CHECKING:
-    from admin_tui.app import AstraboxConsole
 
 SAMPLES: tuple[dict[str, Any], ...] = (
     dict(deployment_id="heartbeat", name="Heartbeat", cron="* * * * *", timezone="UTC",
@@ -65,10 +65,27 @@ within 2 s; past this it is killed, so Ctrl+C ends the demo well within 10 s eve
 READY_TIMEOUT_SECONDS = 45.0
 
 
+class DemoConsole(Protocol):
+    """The console the demo shows on its admin client (``admin_tui``'s AstraboxConsole)."""
+
+    def connection_lost(self, text: str) -> None: ...
+
+    def connection_restored(self) -> None: ...
+
+    def exit(self) -> None: ...
+
+    async def run_async(self) -> object: ...
+
+
+ConsoleFactory = Callable[[AdminClient], DemoConsole]
+"""Builds the console on the demo's admin client, once the replicas are up."""
+
+
 @dataclass
 class DemoOptions:
     root: Path = Path(".demo")
-    headless: bool = False
+    console: ConsoleFactory | None = None
+    """None: headless, one line per Run state change instead of the console."""
     seconds: float | None = None
     replicas: int = 2
     port: int | None = None
@@ -214,21 +231,12 @@ async def _print_runs(client: AdminClient, out: TextIO) -> None:
         print(run_line(event), file=out, flush=True)
 
 
-def _console(client: AdminClient) -> AstraboxConsole:
-    """The console app on ``client``, acting as the local user."""
-    from admin_tui.app import AstraboxConsole
-
-    from ..cli.common import default_actor
-
-    return AstraboxConsole(backend=client, user=default_actor())
-
-
 async def _until(stop: asyncio.Event, seconds: float | None) -> None:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), seconds)
 
 
-async def _show(demo: Demo, client: AdminClient, app: AstraboxConsole | None,
+async def _show(demo: Demo, client: AdminClient, app: DemoConsole | None,
                 stop: asyncio.Event) -> None:
     """Headless: print Runs until stopped. Console: run it until the operator quits."""
     options = demo.options
@@ -267,7 +275,7 @@ async def run_demo(options: DemoOptions) -> int:
         created = seed(DeploymentStore(demo.db))
         demo.spawn_replicas()
         settings = NatsSettings(url=demo.server.url, prefix=options.prefix).validated()
-        console: list[AstraboxConsole] = []
+        console: list[DemoConsole] = []
 
         async def lost() -> None:
             if console:
@@ -283,8 +291,8 @@ async def run_demo(options: DemoOptions) -> int:
             client = AdminClient(nc, options.prefix)
             await demo.wait_ready(client)
             demo.banner(created)
-            if not options.headless:
-                console.append(_console(client))
+            if options.console is not None:
+                console.append(options.console(client))
             await _show(demo, client, console[0] if console else None, stop)
         finally:
             with contextlib.suppress(Exception):

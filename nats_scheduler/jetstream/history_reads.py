@@ -16,7 +16,7 @@ A round needs what the one before it found (the window's place, the Runs' IDs), 
 is the least for a layout with one index subject per deployment: "last per subject" reads
 refuse more than 1,024 subjects (a deployment's Run subjects are more) and a batch reads
 forward only. Each read may be answered by a stream follower (ADR-8): the history is
-read-only, and :mod:`nats_scheduler.runtime.reads` merges what this process wrote itself.
+read-only, and :mod:`nats_scheduler.projections.reads` merges what this process wrote itself.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """Writing and reading Run events: the store plus read-your-writes into the ledger.
 
+The ledger is the runtime's projection (``projections/ledger.py``); this adapter sees it
+only as a :class:`RunProjection`, so the layer below never imports the one above it.
+
 ``create`` is the uniqueness constraint of a Run: the first event is appended with
 ``Nats-Expected-Last-Subject-Sequence: 0`` on the Run's own subject, so of all the processes
 that create the same Run (every replica firing one due time; retries of one Run now), exactly
@@ -11,10 +14,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from ..core.events import RunCreated, RunEventType, RunRecord, decode_run_event, encode
 from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_MSG_ID, run_event_msg_id
-from ..projections.ledger import Ledger
 from . import errors
 from .acks import Ack, Outgoing
 from .errors import Conflict
@@ -27,6 +30,15 @@ OWN_WRITES_KEPT = 100_000
 """Own writes remembered until the follower delivers them back (then forgotten)."""
 
 
+class RunProjection(Protocol):
+    """Where every Run state this log stores or reads is applied at once (read your writes):
+    the runtime's ``Ledger``."""
+
+    def apply(self, seq: int, record: RunRecord) -> bool:
+        """Take ``record`` as stored at ``seq`` (an older one is ignored)."""
+        ...
+
+
 class RunLog:
     """Append and read the events of Runs.
 
@@ -35,7 +47,7 @@ class RunLog:
     """
 
     def __init__(
-        self, store: Store, ledger: Ledger, *, history: RunHistory | None = None,
+        self, store: Store, ledger: RunProjection, *, history: RunHistory | None = None,
         leases: Leases | None = None,
     ) -> None:
         self._store = store

@@ -12,6 +12,9 @@ conditional on exactly that sequence, so it is stored only if the leader's last 
 copy, and a stale copy makes it fail and the change is decided on the leader's state. A
 decision to write nothing, or a refusal, is never taken on the copy alone: it is confirmed on
 the leader's state, since a stale copy could make a needed write look like a no-op.
+
+The table is the runtime's projection (``projections/schedule_table.py``); this adapter
+sees it only as a :class:`ScheduleCopies`, so the layer below never imports the one above.
 """
 
 from __future__ import annotations
@@ -19,11 +22,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import Protocol
 
 from ..core.events import ScheduleEventType, ScheduleRecord, decode_schedule_event, encode
 from ..core.schedulecore import PlannedWrite
 from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_MSG_ID, schedule_event_msg_id
-from ..projections.schedule_table import ScheduleTable
 from ..seam import SchedulerUnavailable
 from .errors import Conflict, is_conflict
 from .store import Store
@@ -45,6 +48,20 @@ PIPELINE_BATCHES = 4
 """Pipelined batches in flight at once."""
 
 
+class ScheduleCopies(Protocol):
+    """This process's copy of each Schedule with its sequence: where what the log stores or
+    reads is applied, and what a first decision is taken on (the runtime's
+    ``ScheduleTable``)."""
+
+    def apply(self, seq: int, record: ScheduleRecord) -> bool:
+        """Take ``record`` as stored at ``seq`` (an older one is ignored)."""
+        ...
+
+    def get_with_seq(self, deployment_id: str) -> tuple[int, ScheduleRecord] | None:
+        """The copy of a Schedule with the sequence it was stored at, or None."""
+        ...
+
+
 def _headers(msg_id: str, expected_seq: int) -> dict[str, str]:
     return {HDR_MSG_ID: msg_id, HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: str(expected_seq)}
 
@@ -52,7 +69,7 @@ def _headers(msg_id: str, expected_seq: int) -> dict[str, str]:
 class ScheduleLog:
     """Append and read the events of Schedules."""
 
-    def __init__(self, store: Store, table: ScheduleTable, *,
+    def __init__(self, store: Store, table: ScheduleCopies, *,
                  on_stale: Callable[[], None] | None = None) -> None:
         self._store = store
         self._table = table

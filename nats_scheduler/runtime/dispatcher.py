@@ -24,6 +24,7 @@ from typing import Protocol
 from ..clock import Clock, sleep_for
 from ..core import runcore
 from ..core.events import RunEventType, RunRecord
+from ..core.pause_visibility import NOT_STARTED_AFTER_PAUSE
 from ..core.runcore import RetryPolicy
 from ..jetstream.errors import Conflict
 from ..jetstream.leases import Claimed, Lease, Leases
@@ -36,7 +37,6 @@ from ..seam import (
     SchedulerError,
 )
 from .deadlines import Deadlines
-from .firing import NOT_STARTED_AFTER_PAUSE
 from .metrics import Metrics
 
 log = logging.getLogger(__name__)

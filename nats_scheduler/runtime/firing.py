@@ -31,6 +31,7 @@ from typing import NamedTuple, Protocol
 from ..clock import Clock
 from ..core import calendar, runcore, validation
 from ..core.events import RunCreated, RunRecord, ScheduleRecord
+from ..core.pause_visibility import PAUSE_VISIBILITY_SECONDS
 from ..jetstream.leases import Claimed, Lease
 from ..jetstream.outcomes import Announcement, Stored
 from ..jetstream.runlog import RunLog
@@ -44,20 +45,10 @@ from .metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-PAUSE_VISIBILITY_SECONDS = 0.5
-"""No scheduled Run stored later than this after ``apply(enabled=False)`` returned is started.
-
-The figures are in bench/pause_visibility.py, the tests in tests/test_pause_visibility.py."""
-
 FIRE_READ_MAX_AGE = 0.2
 """Seconds a Schedule read may age before the Run create it allows is sent (else: read again).
 
 Part of the pause-visibility bound: a create decided on a read older than this never leaves."""
-
-NOT_STARTED_AFTER_PAUSE = (
-    "not started: its schedule was paused, held or deleted before this run was stored"
-)
-"""The error of a scheduled Run refused by the gate."""
 
 class Submit(Protocol):
     """Hand a Run to the dispatcher (``Runtime.submit``)."""

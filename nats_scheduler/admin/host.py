@@ -1,0 +1,129 @@
+"""What the admin service needs of the process that serves it: the port the provider fills.
+
+The admin service (``admin/service.py``) answers from the memory of the process it runs in
+and acts through that process's provider, so each action is an event recording who asked
+and why. It names what it uses here, as Protocols, and never imports the provider: the
+provider (``provider.py``) imports the service and satisfies :class:`AdminHost` as it is.
+Everything listed is read-only or an action of the seam; nothing lets the service reach
+into the loops beyond the figures ``replica.status`` and ``health`` report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from ..core.events import RunRecord, ScheduleRecord
+from ..jetstream.follower import Follower
+from ..jetstream.store import Store
+from ..projections.ledger import Ledger
+from ..projections.schedule_table import ScheduleTable
+from ..seam import EnqueueRequest, Run
+from ..settings import NatsSettings
+
+
+class Served(Protocol):
+    """A service a running replica runs beside its loops (the admin service)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class MetricsSource(Protocol):
+    """The replica's figures since it started (``Metrics``)."""
+
+    def snapshot(self) -> object:
+        """Plain values, read by attribute into ``ReplicaMetrics``."""
+        ...
+
+
+class RunningReplica(Protocol):
+    """The running parts of the hosting process, between its start and its stop."""
+
+    @property
+    def metrics(self) -> MetricsSource: ...
+
+    @property
+    def followers(self) -> Sequence[Follower]:
+        """The projections' followers, with what each skipped (``poisoned``)."""
+        ...
+
+    def server_offset(self) -> tuple[float, float] | None:
+        """This host's clock minus the store's and its error bound (seconds), or None."""
+        ...
+
+    async def serve(self, service: Served) -> None:
+        """Run ``service`` as the process's one admin service, replacing the one running."""
+        ...
+
+
+class InFlight(Protocol):
+    """The dispatcher, as ``replica.status`` sees it."""
+
+    @property
+    def in_flight(self) -> list[str]:
+        """The Runs whose handler call this process is making."""
+        ...
+
+
+class Planned(Protocol):
+    """The ticker, as ``replica.status`` sees it."""
+
+    @property
+    def planned(self) -> int:
+        """How many Schedules have a planned next due time."""
+        ...
+
+
+class AdminHost(Protocol):
+    """The provider of the process, as the admin service uses it (``NatsSchedulerProvider``)."""
+
+    @property
+    def identity(self) -> str: ...
+
+    @property
+    def settings(self) -> NatsSettings: ...
+
+    @property
+    def store(self) -> Store:
+        """The connection, the names and the server's largest message (``max_payload``)."""
+        ...
+
+    @property
+    def ledger(self) -> Ledger: ...
+
+    @property
+    def schedules(self) -> ScheduleTable: ...
+
+    @property
+    def ready(self) -> bool:
+        """Whether the process has loaded every Schedule."""
+        ...
+
+    @property
+    def runtime(self) -> RunningReplica | None: ...
+
+    @property
+    def dispatcher(self) -> InFlight | None: ...
+
+    @property
+    def ticker(self) -> Planned | None: ...
+
+    async def until_ready(self) -> None:
+        """Wait until the process has loaded every Schedule (every answer but
+        ``replica.status`` waits for it)."""
+        ...
+
+    async def hold(self, deployment_id: str, *, by: str, reason: str) -> ScheduleRecord: ...
+
+    async def release(self, deployment_id: str, *, by: str, reason: str) -> ScheduleRecord: ...
+
+    async def runs_page(self, deployment_id: str, *, limit: int = 50,
+                        before: str | None = None) -> list[RunRecord]:
+        """A page of ``list_runs`` with each Run's whole record."""
+        ...
+
+    async def get_run(self, run_id: str) -> Run: ...
+
+    async def enqueue(self, request: EnqueueRequest, *, reason: str | None = None) -> Run: ...
