@@ -4,7 +4,7 @@ This module is the seam's glue and nothing else. Each method checks its input
 (:mod:`core.validation`), asks a functional core (:mod:`core.schedulecore`,
 :mod:`core.runcore`) what to write, has a log (:mod:`jetstream.schedulelog`,
 :mod:`jetstream.runlog`) append it conditionally, and answers reads from the history on the
-server merged with what this process knows (:mod:`runtime.reads`). The running parts are
+server merged with what this process knows (:mod:`projections.reads`). The running parts are
 wired in :meth:`NatsSchedulerProvider.start`: the ticker (:mod:`runtime.ticker`) fires due
 times through the firing protocol (:mod:`runtime.firing`), the dispatcher
 (:mod:`runtime.dispatcher`) calls the handler, and every process serves the operators' admin

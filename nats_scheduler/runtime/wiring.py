@@ -48,6 +48,7 @@ from ..jetstream.schedulelog import ScheduleLog
 from ..jetstream.store import Store
 from ..names import scheduled_run_id
 from ..projections.ledger import Ledger
+from ..projections.reads import RunReads, load_ledger, load_newest, load_recent
 from ..projections.schedule_table import ScheduleTable
 from ..seam import RunHandler, SchedulerUnavailable
 from ..settings import NatsSettings
@@ -56,7 +57,6 @@ from .dispatcher import Dispatcher
 from .firing import Firing
 from .freshness import Freshness
 from .metrics import Metrics
-from .reads import RunReads, load_ledger, load_newest, load_recent
 from .ticker import Fire, FireMany, Ticker
 
 log = logging.getLogger(__name__)
