@@ -42,7 +42,8 @@ from ..jetstream.connection import (
     parse_version,
     server_version,
 )
-from ..jetstream.store import Store, incompatibilities
+from ..jetstream.setup import incompatibilities
+from ..jetstream.store import Store
 from ..names import HDR_STATUS, JS_API_INFO, Names, is_kv_stream, stream_info_subject
 from ..seam import SchedulerError
 from ..settings import NatsSettings
