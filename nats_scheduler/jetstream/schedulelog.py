@@ -26,7 +26,7 @@ from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_MSG_ID, schedule_eve
 from ..projections.schedule_table import ScheduleTable
 from ..seam import SchedulerUnavailable
 from .errors import Conflict, is_conflict
-from .store import Store
+from .event_store import EventLog
 
 Decide = Callable[[ScheduleRecord | None], ScheduleEventType | None]
 """Given the stored Schedule (None: never applied), the event to append, or None for none.
@@ -52,7 +52,7 @@ def _headers(msg_id: str, expected_seq: int) -> dict[str, str]:
 class ScheduleLog:
     """Append and read the events of Schedules."""
 
-    def __init__(self, store: Store, table: ScheduleTable, *,
+    def __init__(self, store: EventLog, table: ScheduleTable, *,
                  on_stale: Callable[[], None] | None = None) -> None:
         self._store = store
         self._table = table
@@ -122,7 +122,7 @@ class ScheduleLog:
         leader's state that follows, which retries (and finds the change if it was stored).
         """
         try:
-            ack = await self._store.acks.publish(subject, data, _headers(msg_id, seq))
+            ack = await self._store.publish_once(subject, data, _headers(msg_id, seq))
         except Exception as exc:
             if is_conflict(exc):
                 self._on_stale()
@@ -158,7 +158,7 @@ class ScheduleLog:
                       item.seq))
             for item in chunk]
         retry = []
-        for item, result in zip(chunk, await self._store.acks.publish_many(messages),
+        for item, result in zip(chunk, await self._store.publish_many(messages),
                                 strict=True):
             if isinstance(result, Exception) and is_conflict(result):
                 self._on_stale()
