@@ -78,6 +78,9 @@ async def test_a_renewal_on_a_silent_server_fails_after_one_publish_and_is_noted
     assert store._retry._unanswered_since is None
 
     fresh_nats_server.pause()
+    deadline = time.monotonic() + 5.0
+    while fresh_nats_server.healthy():  # SIGSTOP is delivered asynchronously
+        assert time.monotonic() < deadline, "the paused server still answers"
     began = time.monotonic()
     with pytest.raises(nats.errors.TimeoutError):  # the client's own error, as before
         await leases.renew(renewed)
