@@ -4,7 +4,7 @@
 embedded or demo server would keep running, holding its ports and store. The kernel ties
 that signal to the thread that forked the server, so the second test checks that a server
 started from a thread that then exits keeps running (it is forked by a long-lived spawner
-thread, see ``nats_scheduler/natsserver/process.py``).
+thread, see ``nats_scheduler/natsserver/spawn.py``).
 """
 
 from __future__ import annotations

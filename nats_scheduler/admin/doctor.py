@@ -33,7 +33,8 @@ from nats.js.api import StreamConfig
 from ..clock import SystemClock
 from ..core.herd import busiest_minute
 from ..jetstream.connection import connect, jetstream_off, server_version
-from ..jetstream.store import Store, incompatibilities
+from ..jetstream.setup import incompatibilities
+from ..jetstream.store import Store
 from ..names import HDR_STATUS, JS_API_INFO, Names, is_kv_stream, stream_info_subject
 from ..seam import SchedulerError
 from ..settings import NatsSettings

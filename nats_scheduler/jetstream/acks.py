@@ -23,7 +23,7 @@ import itertools
 import logging
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import msgspec
 import nats.errors
@@ -246,6 +246,28 @@ class AckedPublisher:
                 # by its caller as a lone publish would be, not resent here at once
                 return [acks] * len(messages)
         return await self.publish_many(messages)
+
+    async def publish_atomic_or_each(
+        self, stream: str, messages: Sequence[Outgoing], *, resend: Callable[[], bool]
+    ) -> list[Ack | Exception] | Exception:
+        """Two or more messages as one atomic batch while the stream takes them; one alone,
+        or on a stream that does not, as :meth:`publish_many` (a result per message).
+
+        For writes each decided once (the creates of a busy minute, runtime/firing.py): a
+        batch the server refuses (one lost race refuses it all) is sent again one message
+        at a time only if ``resend()`` says the decision behind it still holds. Otherwise,
+        and when the batch went unanswered, that one failure is returned for the whole
+        batch: nothing of it was sent again, its caller decides every item anew. Unlike
+        :meth:`publish_batched`, atomic from two messages on.
+        """
+        batch = (await self.publish_atomic(messages)
+                 if len(messages) > 1 and stream not in self.not_atomic else None)
+        if batch is None or isinstance(batch, Exception):
+            if batch is not None and (not self.refused(stream, batch) or not resend()):
+                return batch
+            return await self.publish_many(messages)
+        self.batches_atomic += 1
+        return list(batch)
 
     def refused(self, stream: str, failure: Exception) -> bool:
         """Whether an atomic batch's ``failure`` is the server's refusal of it (then nothing

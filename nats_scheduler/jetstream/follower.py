@@ -26,7 +26,7 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from .store import Store
+from .event_store import FollowedStore
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class Follower:
     event of every subject. ``on_skip`` hears of every message the projection refused.
     """
 
-    store: Store
+    store: FollowedStore
     stream: str
     filter_subject: str
     on_message: OnMessage

@@ -31,7 +31,7 @@ from ..names import (
     index_msg_id,
     untoken,
 )
-from .store import Store
+from .event_store import HistoryStore
 
 SLACK = timedelta(seconds=60)
 """How far the server's storing time of an index entry may be from its Run's ``created_at``
@@ -100,7 +100,7 @@ def _index_entry(msg: Msg) -> _Stored | None:
 class RunHistory:
     """Index entries, pages and retention of the Run history of one prefix."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: HistoryStore) -> None:
         self._store = store
         self._names = store.names
         settings = store.settings
@@ -125,7 +125,7 @@ class RunHistory:
         """:meth:`announce` for many Runs at once (one atomic batch, split into pipelined
         publishes when refused: a repeat's Msg-Id refuses the whole batch; per-Run results)."""
         names = self._names
-        acks = await self._store.acks.publish_batched(names.index_stream, [
+        acks = await self._store.publish_batched(names.index_stream, [
             (names.index_subject(record.deployment_id),
              _encode(IndexEntry(run_id=record.run_id, created_at=record.created_at)),
              {HDR_MSG_ID: index_msg_id(record.run_id)})
@@ -135,7 +135,7 @@ class RunHistory:
     # ------------------------------------------------------------------ reading
 
     @property
-    def store(self) -> Store:
+    def store(self) -> HistoryStore:
         """The store this history reads (pages: :mod:`.history_reads`)."""
         return self._store
 

@@ -28,9 +28,9 @@ import msgspec
 
 from ..core import validation
 from ..core.events import RunRecord, decode_run_event
-from .direct import Answer, Request, reader_of
+from .direct import Answer, Request
+from .event_store import HistoryStore
 from .history import SPARE, IndexEntry, RunHistory, _index_entry, _Stored
-from .store import DIRECT_GET_TIMEOUT, Store
 
 MAX_WINDOW = 1000
 """Index entries one window read asks for."""
@@ -46,16 +46,13 @@ class HistoryPages:
     """Pages of the Run history of one prefix (see the module docstring)."""
 
     def __init__(self, history: RunHistory) -> None:
-        self._store: Store = history.store
+        self._store: HistoryStore = history.store
         self._history = history
         self._names = self._store.names
 
     async def _read(self, requests: Sequence[Request]) -> list[Answer]:
         """Send ``requests`` together and await every answer, retried as one."""
-        reader = reader_of(self._store.nc)
-        return await self._store.retrying(
-            "could not read the history",
-            lambda: reader.get_many(requests, DIRECT_GET_TIMEOUT))
+        return await self._store.direct_many(requests)
 
     async def page(
         self, deployment_id: str, limit: int, before: str | None,

@@ -20,6 +20,12 @@ back, never makes a live lease look expired (docs/failure-modes.md, tests/faults
 test_faults_clock.py). The price: a process that has just started waits one lease length of
 observation before it takes over another's lease. ``expires_at`` stays in the value for the
 holder itself (it re-proves its lease by CAS once its own clock passes it) and for people.
+
+Every write goes through the store (:class:`~.event_store.LeaseStore`): sent once, never
+retried there, so a renewal waits no longer than one publish (its caller retries on the
+next third of a lease), yet what it sees counts for the store's failover like any other
+operation: a holder on a server that stopped answering moves to another one
+(:mod:`.retry`).
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from ..clock import Clock
 from ..core.events import RunRecord
 from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_TTL
 from . import errors
-from .store import Store
+from .event_store import LeaseStore
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +144,7 @@ async def _attempt_or_error(call: Awaitable[T]) -> T | Exception:
 class Leases:
     """Acquire, renew and release leases for one process (``identity``)."""
 
-    def __init__(self, store: Store, clock: Clock, identity: str, lease_seconds: float, *,
+    def __init__(self, store: LeaseStore, clock: Clock, identity: str, lease_seconds: float, *,
                  elapsed: Callable[[], float] = time.monotonic) -> None:
         self._kv = store.leases
         self._store = store
@@ -163,7 +169,7 @@ class Leases:
         if ttl:
             headers[HDR_TTL] = self._ttl_header
         try:
-            ack = await self._store.acks.publish(self._subject(run_id), _encode(value), headers)
+            ack = await self._store.publish_once(self._subject(run_id), _encode(value), headers)
         except nats.js.errors.APIError as exc:
             if errors.is_conflict(exc):
                 raise nats.js.errors.KeyWrongLastSequenceError(exc.description) from exc
@@ -295,7 +301,7 @@ class Leases:
         """
         value = self._value(run_id)
         try:
-            ack = await self._store.acks.publish(
+            ack = await self._store.publish_once(
                 self._subject(run_id), _encode(value), self._open_headers())
         except nats.js.errors.APIError as exc:
             if not errors.is_conflict(exc):
@@ -315,7 +321,7 @@ class Leases:
         again as pipelined publishes, and a key that exists is looked at on its own
         (:meth:`announce`: ours after a lost acknowledgement, or another replica's)."""
         values = [self._value(run_id) for run_id in run_ids]
-        acks = await self._store.acks.publish_batched(self._store.names.leases_stream, [
+        acks = await self._store.publish_batched(self._store.names.leases_stream, [
             (self._subject(run_id), _encode(value), self._open_headers())
             for run_id, value in zip(run_ids, values, strict=True)])
         results: list[Lease | Exception | None] = []

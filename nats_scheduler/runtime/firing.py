@@ -32,11 +32,11 @@ from ..clock import Clock
 from ..core import calendar, runcore, validation
 from ..core.events import RunCreated, RunRecord, ScheduleRecord
 from ..core.pause_visibility import PAUSE_VISIBILITY_SECONDS
+from ..jetstream.event_store import EventStore
 from ..jetstream.leases import Claimed, Lease
 from ..jetstream.outcomes import Announcement, Stored
 from ..jetstream.runlog import RunLog
 from ..jetstream.schedulelog import ScheduleLog
-from ..jetstream.store import Store
 from ..names import scheduled_create_msg_id, scheduled_run_id
 from ..projections.schedule_table import ScheduleTable
 from ..seam import InvalidSchedule, SchedulerUnavailable, Trigger
@@ -102,7 +102,7 @@ class Firing:
     it (or when it cannot prove it) each firing reads its Schedule from the leader.
     """
 
-    store: Store
+    store: EventStore
     schedules: ScheduleLog
     runs: RunLog
     clock: Clock

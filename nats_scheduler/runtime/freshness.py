@@ -25,7 +25,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from ..clock import Clock
-from ..jetstream.store import Store
+from ..jetstream.event_store import FollowedStore
 
 CATCH_UP_SECONDS = 0.1
 """How long a confirmation waits for the table's consumer to reach the leader's sequence."""
@@ -44,7 +44,7 @@ class Freshness:
     ``position``: the stream sequence the table's consumer has applied up to.
     """
 
-    def __init__(self, store: Store, position: Callable[[], int], clock: Clock) -> None:
+    def __init__(self, store: FollowedStore, position: Callable[[], int], clock: Clock) -> None:
         self._store = store
         self._position = position
         self._clock = clock

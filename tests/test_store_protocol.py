@@ -1,0 +1,116 @@
+"""The store behind its Protocols, and the lease writes behind the store's failover watch.
+
+The logs, the history, the followers and the leases see the store only through the
+Protocols of ``jetstream/event_store.py``; the :class:`Store` must offer every member they
+name, with the same parameters. The lease writes go through the store (``publish_once``):
+sent once, so a renewal on a server that stopped answering fails after one publish timeout,
+not after the store's retry budget, and what it saw counts for failing over
+(``jetstream/retry.py``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import nats.errors
+import nats.js.errors
+import pytest
+
+from nats_scheduler import ManualClock
+from nats_scheduler.jetstream import event_store
+from nats_scheduler.jetstream.connection import connect
+from nats_scheduler.jetstream.leases import Leases
+from nats_scheduler.jetstream.store import Store
+from nats_scheduler.natsserver.process import NatsServer
+from tests.harness.servers import unique_prefix
+from tests.providers import settings
+
+pytestmark = pytest.mark.anyio
+
+PROTOCOLS = (event_store.EventLog, event_store.HistoryStore, event_store.FollowedStore,
+             event_store.LeaseStore, event_store.EventStore)
+
+
+def _members(protocol: type) -> dict[str, object]:
+    """The members a Protocol declares itself (its bases are checked on their own)."""
+    return {name: value for name, value in vars(protocol).items()
+            if not name.startswith("_") and (callable(value) or isinstance(value, property))}
+
+
+@pytest.fixture
+async def store(fresh_nats_server: NatsServer) -> AsyncIterator[Store]:
+    config = settings(fresh_nats_server.url, unique_prefix(), store_retry_seconds=10.0)
+    store = Store(await connect(config, "protocol-test"), config)
+    await store.ensure()
+    try:
+        yield store
+    finally:
+        fresh_nats_server.resume()
+        await store.close()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS, ids=lambda p: p.__name__)
+async def test_the_store_offers_every_member_its_protocols_name(
+    protocol: type, store: Store
+) -> None:
+    assert _members(protocol), f"{protocol.__name__} declares nothing"
+    for name, declared in _members(protocol).items():
+        assert hasattr(store, name), f"Store has no {name} ({protocol.__name__})"
+        if isinstance(declared, property):
+            continue
+        wanted = list(inspect.signature(declared).parameters)[1:]  # without self
+        actual = list(inspect.signature(getattr(store, name)).parameters)
+        assert actual == wanted, f"Store.{name}{actual} != {protocol.__name__}.{name}{wanted}"
+
+
+async def test_a_renewal_on_a_silent_server_fails_after_one_publish_and_is_noted(
+    store: Store, fresh_nats_server: NatsServer
+) -> None:
+    leases = Leases(store, ManualClock(datetime.now(UTC)), "holder", 2.0)
+    acquired = await leases.acquire("r1")
+    assert acquired is not None
+    lease, _ = acquired
+    renewed = await leases.renew(lease)  # through the store: answered
+    assert renewed is not None and renewed.revision > lease.revision
+    assert store._retry._unanswered_since is None
+
+    fresh_nats_server.pause()
+    deadline = time.monotonic() + 5.0
+    while fresh_nats_server.healthy():  # SIGSTOP is delivered asynchronously
+        assert time.monotonic() < deadline, "the paused server still answers"
+    began = time.monotonic()
+    with pytest.raises(nats.errors.TimeoutError):  # the client's own error, as before
+        await leases.renew(renewed)
+    waited = time.monotonic() - began
+    # one publish timeout (2 s, swept every 0.25 s), not the store's retry budget (10 s)
+    assert waited < 3.0, f"the renewal waited {waited:.2f} s"
+    assert store._retry._unanswered_since is not None  # counts towards failing over
+
+    fresh_nats_server.resume()
+    deadline = time.monotonic() + 10.0
+    while True:  # the server answers again: the next renewal settles the lease, once
+        try:
+            again = await leases.renew(renewed)
+            break
+        except (nats.errors.TimeoutError, nats.js.errors.Error):
+            assert time.monotonic() < deadline, "the resumed server never answered"
+    # the lost one was stored (its CAS took the revision) or not: either way answered now
+    assert again is None or again.revision > renewed.revision
+    assert store._retry._unanswered_since is None
+
+
+async def test_a_lost_compare_and_set_is_an_answer(store: Store) -> None:
+    holder = Leases(store, ManualClock(datetime.now(UTC)), "holder", 2.0)
+    other = Leases(store, ManualClock(datetime.now(UTC)), "other", 2.0)
+    acquired = await holder.acquire("r2")
+    assert acquired is not None
+    lease, _ = acquired
+    assert await other.acquire("r2") is None  # live: not taken
+    renewed = await holder.renew(lease)
+    assert renewed is not None
+    store._retry._unanswered_since = 0.0  # as if an earlier operation went unanswered
+    assert await holder.renew(lease) is None  # the stale revision loses its CAS
+    assert store._retry._unanswered_since is None  # the refusal was the server's answer
