@@ -383,7 +383,7 @@ async def child_main(url: str, prefix: str, count: int) -> None:
             continue
         began, cpu = time.perf_counter(), own_cpu()
         assert provider.runtime is not None
-        await provider.runtime.retention_pass()
+        await provider.runtime.retention.run_pass()
         print(json.dumps({"retention_s": time.perf_counter() - began,
                           "retention_cpu_s": own_cpu() - cpu}), flush=True)
     print(json.dumps({"fired": ticker.fired}), flush=True)

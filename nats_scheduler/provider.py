@@ -27,7 +27,7 @@ from opentelemetry.metrics import MeterProvider
 
 from .admin.service import AdminService
 from .clock import Clock, SystemClock
-from .core import calendar, runcore, schedulecore, validation
+from .core import calendar, schedulecore, validation
 from .core.events import (
     RunRecord,
     ScheduleEventType,
@@ -37,12 +37,6 @@ from .core.events import (
 from .jetstream.runlog import RunLog
 from .jetstream.schedulelog import Decide as ScheduleDecision
 from .jetstream.store import Store
-from .names import (
-    enqueued_create_msg_id,
-    random_run_id,
-    requested_create_msg_id,
-    requested_run_id,
-)
 from .projections.ledger import Ledger
 from .projections.schedule_table import ScheduleTable
 from .runtime.dispatcher import Dispatcher
@@ -168,7 +162,7 @@ class NatsSchedulerProvider:
 
     async def enforce_retention(self) -> int:
         """Apply the history retention now (it also runs every ``retention_interval``)."""
-        return await self._require_started().enforce_retention()
+        return await self._require_started().retention.enforce()
 
     @property
     def stale_fires(self) -> int:
@@ -398,18 +392,7 @@ class NatsSchedulerProvider:
                     f"run {request.replay_of!r} is not a run of deployment {deployment_id!r}"
                 )
             payload = original.payload
-        if request.request_id is not None:
-            run_id = requested_run_id(deployment_id, request.request_id)
-            msg_id = requested_create_msg_id(run_id)
-        else:
-            run_id = random_run_id()
-            msg_id = enqueued_create_msg_id(run_id)
-        event = runcore.create(
-            run_id=run_id, deployment_id=deployment_id, trigger=request.trigger,
-            due_at=None, payload=payload, now=self._now(), actor=self._identity,
-            replay_of=request.replay_of, requested_by=request.requested_by, reason=reason,
-        )
-        stored = await running.firing.store_requested(event, msg_id=msg_id)
+        stored = await running.firing.store_requested(request, payload, reason=reason)
         return stored.to_run()
 
     async def _find_run(self, run_id: str) -> RunRecord | None:

@@ -318,13 +318,14 @@ async def test_a_clock_stepped_forward_runs_no_retention_pass_early(nats_url: st
                        retention_interval=3600.0) as provider:
         assert provider.runtime is not None
         passes: list[datetime] = []
-        original = provider.runtime.retention_pass
+        retention = provider.runtime.retention
+        original = retention.run_pass
 
         async def counted() -> int:
             passes.append(clock.now())
             return await original()
 
-        provider.runtime.retention_pass = counted  # type: ignore[method-assign]
+        retention.run_pass = counted  # type: ignore[method-assign]
         for step in range(3):
             clock.step(2 * 86400)  # wakes every sleeper on the clock at once
             # round trips to the server: a woken retention loop would have run its pass

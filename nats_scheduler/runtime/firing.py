@@ -37,9 +37,16 @@ from ..jetstream.leases import Claimed, Lease
 from ..jetstream.outcomes import Announcement, Stored
 from ..jetstream.runlog import RunLog
 from ..jetstream.schedulelog import ScheduleLog
-from ..names import scheduled_create_msg_id, scheduled_run_id
+from ..names import (
+    enqueued_create_msg_id,
+    random_run_id,
+    requested_create_msg_id,
+    requested_run_id,
+    scheduled_create_msg_id,
+    scheduled_run_id,
+)
 from ..projections.schedule_table import ScheduleTable
-from ..seam import InvalidSchedule, SchedulerUnavailable, Trigger
+from ..seam import EnqueueRequest, InvalidSchedule, RunPayload, SchedulerUnavailable, Trigger
 from .freshness import Freshness
 from .metrics import Metrics
 
@@ -212,11 +219,23 @@ class Firing:
             self.submit(stored.run, vetted=vetted, created=stored.created,
                         claimed=None if lease is None else Claimed(lease, stored.seq, stored.run))
 
-    async def store_requested(self, event: RunCreated, *, msg_id: str) -> RunRecord:
+    async def store_requested(self, request: EnqueueRequest, payload: RunPayload, *,
+                              reason: str | None = None) -> RunRecord:
         """Store a Run asked for (Run now, Replay) the way a due time's is: announced, created,
         handed to the dispatcher with the lease the announcement opened. No Schedule read to
-        keep fresh: the gate only judges scheduled Runs. Returns the stored Run (another
-        request's, for a repeated request ID)."""
+        keep fresh: the gate only judges scheduled Runs. A request ID makes the Run ID (and
+        so a repeated request finds the first one's Run, which is returned)."""
+        if request.request_id is not None:
+            run_id = requested_run_id(request.deployment_id, request.request_id)
+            msg_id = requested_create_msg_id(run_id)
+        else:
+            run_id = random_run_id()
+            msg_id = enqueued_create_msg_id(run_id)
+        event = runcore.create(
+            run_id=run_id, deployment_id=request.deployment_id, trigger=request.trigger,
+            due_at=None, payload=payload, now=self.clock.now(), actor=self.identity,
+            replay_of=request.replay_of, requested_by=request.requested_by, reason=reason,
+        )
         announced = await self.runs.announce(event.run)
         stored = await self.runs.create(runcore.indexed(event, announced.index_seq),
                                         msg_id=msg_id)

@@ -33,14 +33,14 @@ from typing import Protocol
 
 from opentelemetry.metrics import MeterProvider
 
-from ..clock import Clock, ServerClock, sleep_for
+from ..clock import Clock, ServerClock
 from ..core.events import RunRecord, ScheduleRecord, decode_run_event, decode_schedule_event
 from ..core.ownership import owner, owner_key
 from ..core.runcore import RetryPolicy
 from ..core.serverclock import Sample
 from ..jetstream.connection import connect
 from ..jetstream.follower import Follower
-from ..jetstream.history import RunHistory, retention_slice
+from ..jetstream.history import RunHistory
 from ..jetstream.leases import Claimed, Leases
 from ..jetstream.presence import Presence
 from ..jetstream.runlog import RunLog
@@ -57,15 +57,10 @@ from .dispatcher import Dispatcher
 from .firing import Firing
 from .freshness import Freshness
 from .metrics import Metrics
+from .retention import Retention
 from .ticker import Fire, FireMany, Ticker
 
 log = logging.getLogger(__name__)
-
-RETENTION_ROUND_SECONDS = 3600.0
-"""Every deployment's history is trimmed at least once per this many seconds."""
-
-RETENTION_OWNER_KEY = "history retention"
-"""The ownership key of the retention pass: one live replica runs it."""
 
 ADMIN_STOP_SECONDS = 2.0
 """How long ``stop`` waits for the admin service to unsubscribe before going on."""
@@ -123,7 +118,8 @@ class Runtime:
         self.followers: list[Follower] = []
         self._background: list[asyncio.Task[None]] = []
         self._closing: set[asyncio.Task[None]] = set()
-        self._retention_cursor = 0
+        self.retention = Retention(self.history, table, ledger, clock,
+                                   interval=settings.retention_interval, owns=self._owns)
         self.began = clock.now()
         """When this process started, by the store's clock once it is known (the ticker's
         first due times count from here)."""
@@ -349,8 +345,7 @@ class Runtime:
                 name="recovery sweep",
             ),
             asyncio.create_task(self._become_ready(ticker), name="schedule load and warm-up"),
-            asyncio.create_task(self._retention_forever(settings.retention_interval),
-                                name="retention"),
+            asyncio.create_task(self.retention.forever(), name="retention"),
         ]
 
     async def _warm_up(self) -> None:
@@ -363,39 +358,6 @@ class Runtime:
         except Exception:
             log.warning("could not load the last day's runs; views fill in as runs change",
                         exc_info=True)
-
-    async def enforce_retention(self) -> int:
-        """Purge the events of finished Runs past retention, now; returns deployments cut."""
-        deployments = [record.deployment_id for record in self.table.all()]
-        return await self.history.enforce(deployments, self.ledger.unfinished())
-
-    async def retention_pass(self) -> int:
-        """One pass of the retention loop: the next slice of the deployments.
-
-        A pass costs about half a millisecond of CPU per deployment (bench/held.py), so a
-        pass over every deployment each interval made retention the one idle cost that grew
-        with the number of Schedules. Each pass visits the next slice instead, every
-        deployment at least once per ``RETENTION_ROUND_SECONDS``; returns Runs cut.
-        """
-        deployments = sorted(record.deployment_id for record in self.table.all())
-        batch, self._retention_cursor = retention_slice(
-            deployments, self._retention_cursor, self.settings.retention_interval,
-            RETENTION_ROUND_SECONDS)
-        return await self.history.enforce(batch, self.ledger.unfinished())
-
-    async def _retention_forever(self, interval: float) -> None:
-        """A retention pass every ``interval`` of elapsed time (a period, not an instant: a
-        clock stepped forward must not run passes back to back), on the live replica that
-        owns the job."""
-        while True:
-            await sleep_for(self._clock, interval)
-            if not self._owns(RETENTION_OWNER_KEY):
-                continue
-            try:
-                await self.retention_pass()
-            except Exception:
-                log.warning("applying the history retention failed; trying again later",
-                            exc_info=True)
 
     async def current_schedule(self, deployment_id: str) -> ScheduleRecord | None:
         """The Schedule as stored when this call began, every change before it included.
