@@ -52,12 +52,14 @@ async def test_reads_from_the_store_match_the_service_answers(nats_url: str) -> 
                         await client.list_runs("a", limit=2),
                         await client.get_run(runs[0].run_id), await client.health())
             assert client.last_source == "store"
-            # the one difference: the answering replica's own clock against the store's,
-            # which a reader of the store alone cannot know
+            # the differences: what only a running replica knows, its own clock against the
+            # store's, the replicas it counts live and the busiest minute it found
             assert by_service[4].server_offset is not None
             assert by_store[4].server_offset is None
-            health = msgspec.structs.replace(by_service[4], server_offset=None,
-                                             server_offset_error=None)
+            assert by_service[4].live_replicas == 1 and by_store[4].live_replicas is None
+            health = msgspec.structs.replace(
+                by_service[4], server_offset=None, server_offset_error=None,
+                busiest_minute=None, busiest_due=0, live_replicas=None)
             assert by_store == (*by_service[:4], health)
             assert by_store[4].failed_runs[0].run_id == runs[3].run_id
         # no process at all any more: still readable

@@ -18,6 +18,7 @@ from nats_scheduler.admin.api import AdminError, ErrorCode, RunView
 from nats_scheduler.admin.client import AdminClient, event_type
 from nats_scheduler.admin.permissions import ViolationLog
 from nats_scheduler.admin.service import AdminService, start_admin_service
+from nats_scheduler.core import calendar
 from nats_scheduler.core.events import RunCreated, ScheduleHeld
 from nats_scheduler.names import SERVICE_NAME
 from nats_scheduler.natsserver.process import NatsServer
@@ -303,6 +304,19 @@ async def test_health_reports_silent_stops_stuck_and_failed_runs(nats_url: str) 
         assert [r.run_id for r in health.stuck_runs] == [hung.run_id]
         assert [r.run_id for r in health.failed_runs] == [failed.run_id]
         assert health.failed_runs[0].error
+
+
+async def test_health_names_the_busiest_minute_and_the_live_replicas(admin: Admin) -> None:
+    """Three Schedules at 09:00 UTC and one every minute: the busiest minute of the next
+    day is the next 09:00, with all four due (what ``status`` judges against the replicas)."""
+    for dep in ("nine-a", "nine-b", "nine-c"):
+        await admin.provider.apply(daily(dep, cron="0 9 * * *", tz="UTC"))
+    await admin.provider.apply(daily("minutely", cron="* * * * *", tz="UTC"))
+    before = datetime.now(UTC)
+    health = await admin.client.health()
+    nine = calendar.next_due("0 9 * * *", "UTC", before)
+    assert (health.busiest_minute, health.busiest_due) == (nine, 4)
+    assert health.live_replicas == 1
 
 
 AUDITOR_CONFIG = """

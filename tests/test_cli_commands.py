@@ -296,3 +296,33 @@ def test_status_health_names_the_answering_replicas_clock_against_the_stores() -
     measured = status_text(status, Health(silent_stops=[], stuck_runs=[], failed_runs=[],
                                           server_offset=20.0004, server_offset_error=0.0012))
     assert "  clock vs store (answering replica): +20.000s ±0.001s" in measured.splitlines()
+
+
+def test_status_warns_of_a_herd_the_live_replicas_cannot_start_in_time() -> None:
+    """The busiest minute the answering replica found (health), judged as doctor judges
+    it: 100,000 Schedules due in one minute is more than two replicas start within the
+    stated lateness; a hundred is not."""
+    from datetime import UTC, datetime
+
+    from nats_scheduler.admin.api import ClusterStatus, Health, StoreHealth
+    from nats_scheduler.cli.status import status_text
+    from nats_scheduler.core.herd import herd_capacity
+
+    minute = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
+    status = ClusterStatus(replicas=[], leases=[], in_flight=[],
+                           store=StoreHealth(reachable=True))
+
+    def herd_line(due: int) -> str:
+        health = Health(silent_stops=[], stuck_runs=[], failed_runs=[], busiest_minute=minute,
+                        busiest_due=due, live_replicas=2)
+        return next(line for line in status_text(status, health).splitlines()
+                    if "busiest minute" in line)
+
+    assert herd_capacity(2) < 100_000
+    warned = herd_line(100_000)
+    assert warned.startswith("  busiest minute: WARNING: 100,000 Schedule(s) due at "
+                             "2026-12-03 09:00 UTC; 2 live replica(s)"), warned
+    assert "replicas" in warned.split(":")[-1]
+    assert "WARNING" not in herd_line(100)
+    quiet = status_text(status, Health(silent_stops=[], stuck_runs=[], failed_runs=[]))
+    assert "busiest minute" not in quiet  # replicas older than the field say nothing

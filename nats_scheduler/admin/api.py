@@ -244,6 +244,12 @@ class Health(msgspec.Struct, frozen=True, kw_only=True):
     """The answering replica's host clock minus the store's (``ReplicaView.server_offset``):
     its health judges due times and leases on the store's clock, corrected by this much."""
     server_offset_error: float | None = None
+    busiest_minute: datetime | None = None
+    """The minute of the next 24 h in which the most active Schedules are due (UTC), and
+    ``busiest_due`` how many (``core/herd.py``); None from replicas older than the field."""
+    busiest_due: int = 0
+    live_replicas: int | None = None
+    """How many replicas the answering one counts live (they share the busiest minute)."""
 
     @property
     def silent_stop_count(self) -> int:

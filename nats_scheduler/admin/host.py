@@ -53,6 +53,10 @@ class RunningReplica(Protocol):
         """This host's clock minus the store's and its error bound (seconds), or None."""
         ...
 
+    def live_replicas(self) -> int:
+        """How many replicas this one counts live, itself included."""
+        ...
+
     async def serve(self, service: Served) -> None:
         """Run ``service`` as the process's one admin service, replacing the one running."""
         ...

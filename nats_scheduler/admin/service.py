@@ -69,6 +69,7 @@ from .bounded import (
 )
 from .bulk import change_matching
 from .health import HealthPolicy, build_health
+from .herd_watch import BusiestMinute
 from .host import AdminHost
 from .reader import REPLICA_STATUS_ENDPOINT, StoreReader, lease_expiries
 from .service_errors import error_body, error_headers, optional_reason, required, to_admin_error
@@ -107,6 +108,7 @@ class AdminService:
                                   clock=self.clock)
         self.started_at: datetime | None = None
         self._service: Service | None = None
+        self._busiest = BusiestMinute(provider.schedules.live)
 
     @property
     def _clock_now(self) -> datetime:
@@ -327,8 +329,11 @@ class AdminService:
         running = self.provider.runtime
         skipped = [f"{f.poisoned} skipped, last {f.last_poison}"
                    for f in (running.followers if running else []) if f.poisoned]
-        return bounded_health(msgspec.structs.replace(health, skipped_events=skipped,
-                                                      **self._offset()), self._budget())
+        minute, due = await self._busiest.get(self._clock_now)
+        return bounded_health(msgspec.structs.replace(
+            health, skipped_events=skipped, busiest_minute=minute, busiest_due=due,
+            live_replicas=running.live_replicas() if running else None, **self._offset()),
+            self._budget())
 
 
 async def start_admin_service(provider: AdminHost, *,

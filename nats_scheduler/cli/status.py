@@ -12,6 +12,7 @@ import msgspec
 
 from ..admin.api import ClusterStatus, Health, ReplicaMetrics, ReplicaView, RunView, StoreHealth
 from ..admin.doctor import run_doctor
+from ..admin.doctor_checks import Status, herd_check
 from ..admin.skew import store_offsets
 from .common import (
     EXIT_OK,
@@ -163,6 +164,10 @@ def status_text(status: ClusterStatus, health: Health) -> str:
     if health.server_offset is not None:
         lines.append(f"  clock vs store (answering replica): {offset_text(health.server_offset)}"
                      f" ±{health.server_offset_error or 0.0:.3f}s")
+    if health.busiest_minute is not None:
+        herd = herd_check((health.busiest_minute, health.busiest_due), health.live_replicas)
+        warned = "WARNING: " if herd.status != Status.OK else ""
+        lines.append(f"  busiest minute: {warned}{herd.detail}")
     for skipped in health.skipped_events:
         lines.append(f"  skipped events: {skipped}")
     lines += ["  " + line for line in _runs("stuck runs", health.stuck_runs,

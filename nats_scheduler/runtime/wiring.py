@@ -299,6 +299,10 @@ class Runtime:
         estimate = clock.estimate() if isinstance(clock, ServerClock) else None
         return None if estimate is None else (estimate.wall_offset, estimate.wall_error)
 
+    def live_replicas(self) -> int:
+        """How many replicas this one counts live, itself included (1 when alone)."""
+        return len(self.presence.live()) if self.presence is not None else 1
+
     def _owns_due(self, deployment_id: str, due: datetime) -> bool:
         return self._owns(owner_key(deployment_id, due))
 
