@@ -82,6 +82,11 @@ async def test_a_hundred_thousand_schedules(server: NatsServer,
     await seed_schedules(server.url, prefix, count)
     async with running(server.url, prefix, max_active_schedules=count) as provider:
         await provider.until_ready()  # the Schedule table loads behind start()'s gate
+        # and the warm-up after it (100,000 deployments' newest Runs) shares this test's one
+        # event loop with the admin service and the console: a page answered after the
+        # client's timeout would be read whole from the store instead
+        assert provider.runtime is not None
+        await asyncio.wait_for(provider.runtime.warmed.wait(), 120)
         assert len(provider.schedules.live()) == count
         service = await start_admin_service(provider)
         link = ConnectionLink(settings(server.url, prefix))

@@ -125,6 +125,8 @@ class Runtime:
         first due times count from here)."""
         self._began_mark: float | None = None
         self._ready = asyncio.Event()
+        self.warmed = asyncio.Event()
+        """Set once the warm-up after readiness (newest and recent Runs) has ended."""
         self._ready_failed: BaseException | None = None
 
     @classmethod
@@ -362,6 +364,8 @@ class Runtime:
         except Exception:
             log.warning("could not load the last day's runs; views fill in as runs change",
                         exc_info=True)
+        finally:
+            self.warmed.set()
 
     async def current_schedule(self, deployment_id: str) -> ScheduleRecord | None:
         """The Schedule as stored when this call began, every change before it included.
