@@ -95,27 +95,23 @@ class Retrier:
     async def once(self, op: Callable[[], Awaitable[T]]) -> T:
         """Run ``op`` once: its result, or the client's own error, uncounted and unretried.
 
-        What it sees counts for failover as one attempt of :meth:`retrying` does: a result,
-        or a refused expectation (the server answered), is an answer; a timeout is not.
-        Failing over only schedules the reconnect, so this takes no longer than ``op``.
+        A failure without an answer counts towards failover; an answer does not reset it
+        (only :meth:`retrying` does): a server that answers some requests (reads from its
+        own replica, say) while it cannot store must still be left. Failing over only
+        schedules the reconnect, so this takes no longer than ``op``.
         """
         try:
-            result = await op()
+            return await op()
         except Exception as exc:
-            if errors.is_conflict(exc):
-                self.answered()
-            else:
+            if not errors.is_conflict(exc):
                 await self.note_failure(exc)
             raise
-        self.answered()
-        return result
 
     async def note_results(self, results: Sequence[object]) -> None:
-        """A batch's per-item outcome, for failover: answered if any item was (stored, or
-        refused on its expectation); else a failure if an item went unanswered."""
+        """A batch's per-item outcome, for failover: a failure if no item got an answer and
+        one went unanswered (an answer does not reset the watch: :meth:`once`)."""
         failures = [r for r in results if isinstance(r, BaseException)]
         if len(failures) < len(results) or any(errors.is_conflict(f) for f in failures):
-            self.answered()
             return
         unanswered = next((f for f in failures if errors.unanswered(f)), None)
         if unanswered is not None:
