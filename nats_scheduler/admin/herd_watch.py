@@ -10,7 +10,7 @@ day. Finding the minute costs one calendar walk over the next 24 h per distinct 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
 from ..core.events import ScheduleRecord
@@ -23,19 +23,18 @@ REFRESH_SECONDS = 300.0
 class BusiestMinute:
     """The busiest minute and how many Schedules are due in it, reused for a while."""
 
-    def __init__(self, schedules: Callable[[], Sequence[ScheduleRecord]],
-                 *, refresh: float = REFRESH_SECONDS) -> None:
-        self._schedules = schedules
+    def __init__(self, *, refresh: float = REFRESH_SECONDS) -> None:
         self._refresh = refresh
         self._answer: tuple[datetime | None, int] = (None, 0)
         self._at: float | None = None
         self._count = -1
 
-    async def get(self, now: datetime) -> tuple[datetime | None, int]:
-        """The cached answer, computed again (in a thread) once it is ``refresh`` old or the
-        number of Schedules changed (a replica that just loaded its table answers at once)."""
+    async def get(self, records: Sequence[ScheduleRecord], now: datetime
+                  ) -> tuple[datetime | None, int]:
+        """The cached answer for ``records`` (the live Schedules, read once by the caller),
+        computed again (in a thread) once it is ``refresh`` old or their number changed (a
+        replica that just loaded its table answers at once)."""
         loop = asyncio.get_running_loop()
-        records = self._schedules()
         if (self._at is None or len(records) != self._count
                 or loop.time() - self._at >= self._refresh):
             self._count = len(records)

@@ -108,7 +108,7 @@ class AdminService:
                                   clock=self.clock)
         self.started_at: datetime | None = None
         self._service: Service | None = None
-        self._busiest = BusiestMinute(provider.schedules.live)
+        self._busiest = BusiestMinute()
 
     @property
     def _clock_now(self) -> datetime:
@@ -324,12 +324,13 @@ class AdminService:
 
     async def health(self, _req: _Empty) -> Health:
         leases = lease_expiries(await self.reader.leases())
-        health = build_health(self.provider.schedules.live(), self.provider.ledger, leases,
+        live = self.provider.schedules.live()
+        health = build_health(live, self.provider.ledger, leases,
                               self._clock_now, self.policy, alive_since=self.started_at)
         running = self.provider.runtime
         skipped = [f"{f.poisoned} skipped, last {f.last_poison}"
                    for f in (running.followers if running else []) if f.poisoned]
-        minute, due = await self._busiest.get(self._clock_now)
+        minute, due = await self._busiest.get(live, self._clock_now)
         return bounded_health(msgspec.structs.replace(
             health, skipped_events=skipped, busiest_minute=minute, busiest_due=due,
             live_replicas=running.live_replicas() if running else None, **self._offset()),
