@@ -52,6 +52,8 @@ HDR_NUM_PENDING = "Nats-Num-Pending"
 HDR_LAST_SEQUENCE = "Nats-Last-Sequence"
 # ADR-8: a key-value entry's operation (``DEL``, ``PURGE``; absent for a put).
 HDR_KV_OPERATION = "KV-Operation"
+# ADR-43: a marker the server stores when a key's message expires or is removed.
+HDR_MARKER_REASON = "Nats-Marker-Reason"
 # ADR-32 (nats.micro): an error answer of a service.
 HDR_SERVICE_ERROR = "Nats-Service-Error"
 HDR_SERVICE_ERROR_CODE = "Nats-Service-Error-Code"

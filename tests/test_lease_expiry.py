@@ -76,3 +76,34 @@ async def test_only_an_unrenewed_revision_expires_whatever_the_clocks_say(store:
     taken = await reader.acquire("r1")
     assert taken is not None and taken[1] == "holder"
     assert await holder.renew(renewed) is None  # the old holder's CAS now fails
+
+
+async def test_open_runs_reads_every_open_key_and_drops_closed_ones(
+    store: Store,
+) -> None:
+    """Start-up finds the unfinished Runs by this read: it must end after the bucket's last
+    key, not at a guess that nothing is pending (nats-py's watch could end before its first
+    entry arrived, and a restarted replica then knew no open Run)."""
+    leases = Leases(store, ManualClock(datetime.now(UTC)), "opener", LEASE)
+    run_ids = [f"r{i:05d}" for i in range(1_500)]
+    announced = await leases.announce_many(run_ids)
+    assert all(not isinstance(a, Exception) and a is not None for a in announced)
+    await leases.forget(run_ids[3])  # closed (purged, with a marker): not open any more
+    renewed = await leases.renew(announced[0])  # type: ignore[arg-type]
+    assert renewed is not None  # moved to the stream's end: read once, with its new value
+    released = Leases(store, ManualClock(datetime.now(UTC)), "opener", LEASE)
+    await released.release(renewed, finished=False)  # given back: still open, holder FREE
+
+    found = await leases.open_runs()
+
+    assert sorted(found) == sorted(r for r in run_ids if r != run_ids[3])
+    assert found[run_ids[0]].holder == ""
+    assert {v.holder for k, v in found.items() if k != run_ids[0]} == {"opener"}
+
+
+async def test_open_runs_of_an_empty_bucket_is_empty(store: Store) -> None:
+    leases = Leases(store, ManualClock(datetime.now(UTC)), "opener", LEASE)
+    assert await leases.open_runs() == {}
+    await leases.announce("only")
+    await leases.forget("only")
+    assert await leases.open_runs() == {}

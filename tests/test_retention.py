@@ -68,6 +68,17 @@ async def stored_events(url: str, prefix: str, dep: str, run_id: str) -> int:
         await nc.close()
 
 
+async def last_event(url: str, prefix: str, dep: str, run_id: str) -> dict[str, object]:
+    """The Run's newest stored event, as JSON."""
+    names = Names(prefix)
+    nc = await connect_fast(url)
+    try:
+        msg = await nc.jetstream().get_last_msg(names.runs_stream, names.run_subject(dep, run_id))
+        return msgspec.json.decode(msg.data)
+    finally:
+        await nc.close()
+
+
 async def test_each_deployment_keeps_its_newest_runs_and_unfinished_ones(nats_url: str) -> None:
     prefix = unique_prefix()
     handler = RecordingRunHandler()
@@ -169,6 +180,10 @@ async def test_a_restarted_replica_finds_every_unfinished_run_without_the_histor
             await run_now(first, "noise")
         await eventually(lambda: not [r for r in first.ledger.unfinished()
                                       if r.deployment_id == "noise"], timeout=15)
+    # The stop handed the waiting Run back, saying why (the trail an auditor reads).
+    released = await last_event(nats_url, prefix, "later", waiting.run_id)
+    assert (released["type"], released["reason"]) == (
+        "run.released", "the process holding it stopped")
     async with running(nats_url, prefix, RecordingRunHandler()) as second:
         # Start-up loaded the open Runs, then (in the background, once the Schedules are
         # loaded) each deployment's newest Run: not the history.

@@ -162,6 +162,13 @@ class LeaseStore(Protocol):
     async def publish_batched(self, stream: str,
                               messages: Sequence[Outgoing]) -> list[Ack | Exception]: ...
 
+    async def follow(
+        self, stream: str, filter_subject: str, cb: Callable[[Msg], Awaitable[None]],
+        *, heartbeat: float, from_seq: int | None = None,
+    ) -> JetStreamContext.PushSubscription:
+        """An ordered consumer: the last message per subject, then every new one."""
+        ...
+
 
 class EventStore(EventLog, HistoryStore, FollowedStore, LeaseStore, Protocol):
     """Every role at once, plus what the firing protocol asks of the connection."""

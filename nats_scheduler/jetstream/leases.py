@@ -30,6 +30,8 @@ operation: a holder on a server that stopped answering moves to another one
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -41,10 +43,16 @@ from typing import TypeVar
 import msgspec
 import nats.errors
 import nats.js.errors
+from nats.aio.msg import Msg
 
 from ..clock import Clock
 from ..core.events import RunRecord
-from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_TTL
+from ..names import (
+    HDR_EXPECTED_LAST_SUBJECT_SEQUENCE,
+    HDR_KV_OPERATION,
+    HDR_MARKER_REASON,
+    HDR_TTL,
+)
 from . import errors
 from .event_store import LeaseStore
 
@@ -106,6 +114,13 @@ live replica knows its unfinished Runs from their events, not from keys). What t
 costs: a replica that starts reads the keys of the Runs finished in the last TTL too, and
 an unfinished Run whose key expired while NO replica ran is found again by the warm-up of
 the newest Runs rather than at start (docs/architecture.md, "History and retention")."""
+
+OPEN_RUNS_HEARTBEAT = 5.0
+"""Seconds between the idle heartbeats of :meth:`Leases.open_runs`' consumer."""
+
+OPEN_RUNS_RECHECK = 0.5
+"""Seconds :meth:`Leases.open_runs` waits for its last delivery before asking the server
+how far its consumer got (the read ends sooner when the last delivery arrives)."""
 
 T = TypeVar("T")
 
@@ -343,19 +358,56 @@ class Leases:
         await self._kv.purge(self._key(run_id), msg_ttl=CLOSED_MARKER_TTL)
 
     async def open_runs(self) -> dict[str, LeaseValue]:
-        """run_id -> lease value of every open Run (one read of the bucket's live keys)."""
+        """run_id -> lease value of every open Run: the newest message of each key of the
+        bucket, read by an ordered consumer, closed keys dropped.
+
+        Not nats-py's ``watchall``: it decides the bucket is read when the consumer's info
+        reports nothing pending and nothing has reached the subscription yet, but the server
+        may answer that info before the messages it already delivered arrive, so a busy
+        process read an empty bucket and lost track of every open Run. Here the read ends at
+        a message the server delivered with nothing pending after it, or when the server
+        says it has delivered nothing (an empty bucket) or only what was already applied
+        (the rest expired meanwhile).
+        """
         found: dict[str, LeaseValue] = {}
-        watcher = await self._kv.watchall(ignore_deletes=True)
+        last = _LastDelivered()
+
+        async def on_message(msg: Msg) -> None:
+            meta = msg.metadata
+            headers = msg.headers or {}
+            if headers.get(HDR_KV_OPERATION) in ("DEL", "PURGE") or (
+                    HDR_MARKER_REASON in headers) or not msg.data:
+                found.pop(msg.subject, None)
+            else:
+                with contextlib.suppress(msgspec.DecodeError):
+                    found[msg.subject] = _decode(msg.data)
+            last.note(meta.sequence.consumer, meta.num_pending)
+
+        names = self._store.names
+        sub = await self._store.follow(names.leases_stream, names.leases_filter, on_message,
+                                       heartbeat=OPEN_RUNS_HEARTBEAT)
         try:
-            async for entry in watcher:
-                if entry is None:
-                    break  # caught up with the bucket
-                if entry.value and entry.operation not in ("DEL", "PURGE"):
-                    try:
-                        value = _decode(entry.value)
-                    except msgspec.DecodeError:
-                        continue
-                    found[value.run_id] = value
+            while not last.caught_up.is_set():
+                info = await sub.consumer_info()
+                delivered = info.delivered.consumer_seq if info.delivered else 0
+                if not info.num_pending and (delivered or 0) == last.consumer_seq:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(last.caught_up.wait(), OPEN_RUNS_RECHECK)
         finally:
-            await watcher.stop()
-        return found
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        return {value.run_id: value for value in found.values()}
+
+
+class _LastDelivered:
+    """Where :meth:`Leases.open_runs` has got to in its consumer's deliveries."""
+
+    def __init__(self) -> None:
+        self.consumer_seq = 0
+        self.caught_up = asyncio.Event()
+
+    def note(self, consumer_seq: int, pending: int | None) -> None:
+        self.consumer_seq = consumer_seq
+        if not pending:
+            self.caught_up.set()

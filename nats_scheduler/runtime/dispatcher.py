@@ -393,7 +393,7 @@ class Dispatcher:
             return
         if self._clock.now() >= flight.lease.value.expires_at:
             return  # not ours for sure any more: its expiry hands it over anyway
-        event = runcore.released(record, reason="the process flight it stopped",
+        event = runcore.released(record, reason="the process holding it stopped",
                                  now=self._clock.now(), actor=self.identity)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(asyncio.shield(self._runlog.append(flight.seq, event)), 2.0)
