@@ -254,19 +254,26 @@ class Presence:
     # ------------------------------------------------------------------ the watch
 
     async def _follow(self, watcher: KeyValue.KeyWatcher) -> None:
-        """Apply the bucket's changes; the replayed ones are aged once the replay is done."""
+        """Apply the bucket's changes; the replayed ones are aged once the replay is done.
+
+        The replay ends at the first entry the server delivered with nothing pending after
+        it (our own key was put before the watch, so there is one), not at nats-py's ``None``
+        marker: that one may come before entries already delivered (the consumer's info can
+        overtake them), and a dead replica's key would then look freshly beaten.
+        """
         replay: list[KeyValue.Entry] | None = []
         try:
             async for entry in watcher:
                 if entry is None:
-                    if replay is not None:
-                        self._apply_replay(replay)
-                        self._replayed.set()
-                    replay = None
-                elif replay is not None:
-                    replay.append(entry)
-                else:
+                    continue
+                if replay is None:
                     self._apply(entry, self._elapsed())
+                    continue
+                replay.append(entry)
+                if not entry.delta:
+                    self._apply_replay(replay)
+                    self._replayed.set()
+                    replay = None
         except Exception:
             log.debug("presence: the replicas watch ended", exc_info=True)
 
