@@ -25,6 +25,9 @@ What it does, on one nats-server started here:
    - idle CPU: the console process's CPU over an idle window after loading, percent of one
      core (with ``--herd R``: R Run events a second published meanwhile, a herd of Runs);
    - RSS: VmRSS after the idle window, and VmHWM (the peak);
+   - views: from a key to the Events tail, the Cluster view, the Schedules again, and a
+     Schedule's detail with its Run history showing their content (during the herd, with
+     ``--herd``);
    - q: from pressing ``q`` to the app having exited.
    The console run with 0 Schedules is the reference for CPU and memory.
 
@@ -124,8 +127,9 @@ def _cpu() -> float:
 
 
 async def herd(url: str, prefix: str, count: int, rate: float, stop: asyncio.Event) -> int:
-    """Publish ``rate`` Run events a second (created, then dispatched) for random Schedules
-    until ``stop``: a herd of Runs as the console's feed sees it."""
+    """Publish ``rate`` Run events a second (created with its claim, the Session, the turn:
+    the events of a Run a replica fires) for spread Schedules until ``stop``: a herd of
+    Runs as the console's feed sees it (10,000 Runs in a minute: ``rate`` 500)."""
     names = Names(prefix)
     nc = await nats.connect(url)
     js = nc.jetstream(timeout=30)
@@ -137,13 +141,15 @@ async def herd(url: str, prefix: str, count: int, rate: float, stop: asyncio.Eve
             dep = f"con-{(i * 7919) % max(count, 1):06d}"
             run_id = f"herd{i:08d}{dep[-6:]}"
             created = runcore.create(run_id=run_id, deployment_id=dep, trigger=Trigger.RUN_NOW,
-                                     due_at=None, payload=PAYLOAD, now=due, actor="bench")
-            done = runcore.dispatched(runcore.claim(created.run, holder="bench", now=due).run,
-                                      turn_id="t", now=due, actor="bench")
+                                     due_at=None, payload=PAYLOAD, now=due, actor="bench",
+                                     holder="bench")  # stored claimed, as a replica does
+            started = runcore.session_started(created.run, session_id="s", now=due,
+                                              actor="bench")
+            done = runcore.dispatched(started.run, turn_id="t", now=due, actor="bench")
             subject = names.run_subject(dep, run_id)
-            for event in (created, done):
+            for event in (created, started, done):
                 await js.publish_async(subject, encode(event))
-            sent += 2
+            sent += 3
             i += 1
             ahead = sent / rate - (time.perf_counter() - began)
             if ahead > 0:
@@ -223,6 +229,8 @@ async def console_run(url: str, prefix: str, count: int, idle: float, rate: floa
         cpu, wall = _cpu(), time.perf_counter()
         await asyncio.sleep(idle)  # the idle window itself: the app runs in this loop
         figures["idle_cpu_pct"] = 100 * (_cpu() - cpu) / (time.perf_counter() - wall)
+        if count:  # the other views, while the herd (if any) still runs
+            figures["views_s"] = await other_views(app, pilot, until, ids[count // 2])
         if herding is not None:
             stop.set()
             figures["herd_events"] = await herding
@@ -238,6 +246,52 @@ async def console_run(url: str, prefix: str, count: int, idle: float, rate: floa
     figures["quit_s"] = time.perf_counter() - quit_began
     await link.close()
     return figures
+
+
+async def other_views(app: Any, pilot: Any, until: Callable[..., Any], schedule: Any
+                      ) -> dict[str, float]:
+    """Seconds from a key to each other view holding its content: the Events tail (``2``),
+    the Cluster view (``3``), back to the Schedules (``1``), a Schedule's detail with its
+    Run history (``/`` filter to it, ``enter``) and back (``escape``)."""
+    from textual.widgets import Input
+
+    from admin_tui.screens.cluster import ClusterScreen
+    from admin_tui.screens.events import EventsScreen
+    from admin_tui.screens.schedule_detail import ScheduleDetailScreen
+    from admin_tui.screens.schedules import SchedulesScreen
+    from admin_tui.widgets.event_table import EventTable
+    from admin_tui.widgets.replica_table import ReplicaTable
+    from admin_tui.widgets.schedule_table import ScheduleTable
+
+    def on(kind: type, ready: Callable[[Any], bool]) -> Callable[[], bool]:
+        return lambda: isinstance(app.screen, kind) and ready(app.screen)
+
+    async def timed(key: str, check: Callable[[], bool]) -> float:
+        start = time.perf_counter()
+        await pilot.press(key)
+        await until(pilot, check, 30)
+        await pilot.pause()  # and drawn
+        return time.perf_counter() - start
+
+    seconds = {
+        "events": await timed("2", on(EventsScreen, lambda s: s.query_one(EventTable).row_count
+                                      > 0)),
+        "cluster": await timed("3", on(ClusterScreen, lambda s: s.status is not None
+                                       and s.query_one(ReplicaTable).row_count > 0)),
+        "schedules": await timed("1", on(SchedulesScreen,
+                                         lambda s: s.query_one(ScheduleTable).row_count > 0)),
+    }
+    box = app.screen.query_one("#filter", Input)
+    box.value = schedule.deployment_id
+    await until(pilot, lambda: app.screen.query_one(ScheduleTable).row_count == 1, 30)
+    app.screen.query_one(ScheduleTable).focus()
+    seconds["detail"] = await timed("enter", on(
+        ScheduleDetailScreen, lambda s: s.detail is not None and s.page is not None))
+    seconds["back"] = await timed("escape", on(SchedulesScreen, lambda _s: True))
+    box = app.screen.query_one("#filter", Input)
+    box.value = ""
+    await until(pilot, lambda: app.screen.query_one(ScheduleTable).row_count > 1, 30)
+    return seconds
 
 
 async def reference_list(url: str, prefix: str) -> tuple[float, float]:
@@ -324,6 +378,10 @@ async def measure(server: NatsServer, count: int, runs: int, idle: float, rate: 
                   + (f", {figures.get('herd_events', 0)} herd events, filter after the herd "
                      f"{figures.get('filter_after_herd_s', 0) * 1000:.0f} ms" if rate else ""),
                   flush=True)
+            if "views_s" in figures:
+                print("  views (key to content shown): " + ", ".join(
+                    f"{view} {sec * 1000:.0f} ms" for view, sec in figures["views_s"].items()),
+                    flush=True)
         return {"count": count, "first_page_s": first, "whole_list_s": whole, "runs": rows}
     finally:
         await stop_child(provider)
@@ -352,6 +410,12 @@ def report(results: list[dict], rate: float) -> None:
               f"{r['whole_list_s']:>6.2f}s {median(rows, 'filter_s') * 1000:>6.0f}ms "
               f"{median(rows, 'idle_cpu_pct'):>8.1f}% {median(rows, 'rss_mb'):>5.0f}MB "
               f"{median(rows, 'peak_mb'):>5.0f}MB {median(rows, 'quit_s') * 1000:>5.0f}ms")
+    for r in results:
+        views = [row["views_s"] for row in r["runs"] if "views_s" in row]
+        if views:
+            print(f"{r['count']:>10,} views, median: " + ", ".join(
+                f"{view} {statistics.median(v[view] for v in views) * 1000:.0f} ms"
+                for view in views[0]))
     base = results[0]["runs"]
     for r in results[1:]:
         first = median(r["runs"], "first_rows_s") / max(median(base, "first_rows_s"), 1e-9)
