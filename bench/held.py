@@ -345,8 +345,7 @@ def breakdown(provider: NatsSchedulerProvider) -> dict[str, int]:
         "ticker (heap, plans)": [ticker._heap, ticker._current],
         "metrics (state per Schedule)": running.metrics._schedule_states,
         "ledger: summary per deployment": ledger._summaries,
-        "ledger: recent and unfinished Runs": [ledger._recent, ledger._recent_of,
-                                               ledger._unfinished],
+        "ledger: recent and unfinished Runs": [ledger._recent, ledger._unfinished],
     }
     seen: set[int] = set()
     return {name: deep_size(root, seen) for name, root in parts.items()}
@@ -370,16 +369,23 @@ async def child_main(url: str, prefix: str, count: int) -> None:
     await provider.start(RecordingRunHandler())
     started, rss_started = time.perf_counter() - began, _rss_kb()
     await provider.until_ready()
-    ready = time.perf_counter() - began
+    ready, rss_ready = time.perf_counter() - began, _rss_kb()
+    assert provider.runtime is not None
+    await asyncio.wait_for(provider.runtime.warmed.wait(), START_TIMEOUT)
+    warmed = time.perf_counter() - began
     ticker = provider.ticker
     assert ticker is not None
-    print(json.dumps({"start_s": started, "ready_s": ready, "planned": ticker.planned,
-                      "rss_start_kb": rss_started, "rss_kb": _rss_kb()}), flush=True)
+    print(json.dumps({"start_s": started, "ready_s": ready, "warmed_s": warmed,
+                      "planned": ticker.planned, "rss_start_kb": rss_started,
+                      "rss_kb": rss_ready}), flush=True)
     while (line := (await asyncio.to_thread(sys.stdin.readline)).strip()) in (
             "retention", "breakdown"):
         if line == "breakdown":
-            print(json.dumps({"breakdown": breakdown(provider), "rss_kb": _rss_kb()}),
-                  flush=True)
+            # resident memory and its peak BEFORE the walk: the walk's own bookkeeping is
+            # the bench's, not the replica's
+            rss, peak = _rss_kb(), _status_kb("self", "VmHWM")
+            print(json.dumps({"breakdown": breakdown(provider), "rss_kb": rss,
+                              "peak_kb": peak}), flush=True)
             continue
         began, cpu = time.perf_counter(), own_cpu()
         assert provider.runtime is not None
@@ -426,6 +432,8 @@ async def firing_child_main(url: str, prefix: str, count: int, at: str) -> None:
     handler = InstantHandler()
     await provider.start(handler)
     await provider.until_ready()
+    assert provider.runtime is not None
+    await asyncio.wait_for(provider.runtime.warmed.wait(), START_TIMEOUT)
     ticker = provider.ticker
     assert ticker is not None
     rss_ready = _rss_kb()
@@ -443,8 +451,9 @@ async def firing_child_main(url: str, prefix: str, count: int, at: str) -> None:
         # Every Run ended before the clock moves on (a minute's jump would expire a lease).
         await provider.wait_idle(timeout=START_TIMEOUT)
     await provider.wait_idle(timeout=START_TIMEOUT)
+    hour_s, rss, peak = time.perf_counter() - began, _rss_kb(), _status_kb("self", "VmHWM")
     print(json.dumps({"fired": handler.admitted, "expected": expected, "rss_ready_kb": rss_ready,
-                      "hour_s": time.perf_counter() - began, "rss_kb": _rss_kb(),
+                      "hour_s": hour_s, "rss_kb": rss, "peak_kb": peak,
                       "breakdown": breakdown(provider)}), flush=True)
     await provider.stop()
 
@@ -457,6 +466,9 @@ class Replica:
     start_s: float
     loaded_s: float
     """From ``start()`` to the Schedules loaded (the readiness gate open)."""
+    warmed_s: float
+    """From ``start()`` to the warm-up's end (each deployment's newest Run, the last day's
+    Runs: the views' summaries); the idle window starts after it."""
     ready_s: float
     """From spawning the process to it printing ready (imports and connecting included)."""
     planned: int
@@ -506,7 +518,7 @@ async def measure_replica(server: NatsServer, label: str, prefix: str, count: in
         await proc.stdin.drain()
         pass_ = json.loads(await asyncio.wait_for(proc.stdout.readline(), START_TIMEOUT))
         pass_server = cpu_seconds(server.pid) - server_cpu
-        peak = _status_kb(proc.pid, "VmHWM") / 1024
+        peak = measured["peak_kb"] / 1024  # before the walk and the retention pass
         proc.stdin.close()
         fired = json.loads(await asyncio.wait_for(proc.stdout.readline(), 60))["fired"]
         await asyncio.wait_for(proc.wait(), 60)
@@ -515,7 +527,8 @@ async def measure_replica(server: NatsServer, label: str, prefix: str, count: in
             proc.kill()  # our own child, by its handle
             await proc.wait()
         raise
-    return Replica(label, ready["start_s"], ready["ready_s"], ready_s, ready["planned"],
+    return Replica(label, ready["start_s"], ready["ready_s"], ready["warmed_s"], ready_s,
+                   ready["planned"],
                    ready["rss_start_kb"] / 1024, ready["rss_kb"] / 1024, rss, peak, idle,
                    served, fired, pass_["retention_s"], pass_["retention_cpu_s"],
                    pass_server, settings_for(server.url, prefix, count).retention_interval,
@@ -532,7 +545,6 @@ async def measure_firing_hour(server: NatsServer, prefix: str, count: int,
     try:
         measured: dict[str, Any] = json.loads(
             await asyncio.wait_for(proc.stdout.readline(), 4 * START_TIMEOUT))
-        measured["peak_kb"] = _status_kb(proc.pid, "VmHWM")
         await asyncio.wait_for(proc.wait(), 60)
     except BaseException:
         if proc.returncode is None:
@@ -588,8 +600,9 @@ def report_memory(empty: Replica, held: Replica, hour: dict[str, Any], count: in
     print(f"\nmemory of the {count:,} held replica (resident; structures walked, see "
           "deep_size):")
     print(f"  after start() {held.rss_start_mb:.1f} MB, when ready {held.rss_ready_mb:.1f} MB,"
-          f" after the idle window {held.rss_mb:.1f} MB (peak {held.peak_mb:.1f} MB); "
-          f"empty replica {empty.rss_mb:.1f} MB")
+          f" after the warm-up ({held.warmed_s:.1f} s after start()) and the idle window "
+          f"{held.rss_mb:.1f} MB (peak {held.peak_mb:.1f} MB); empty replica "
+          f"{empty.rss_mb:.1f} MB")
     print(f"  after an hour's worth of firing ({hour['fired']:,} Runs fired of "
           f"{hour['expected']:,} due, in {hour['hour_s']:.1f} s on a ManualClock): "
           f"{hour['rss_kb'] / 1024:.1f} MB (ready {hour['rss_ready_kb'] / 1024:.1f} MB, "

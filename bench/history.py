@@ -144,7 +144,8 @@ async def legacy_page(provider: NatsSchedulerProvider, dep: str, limit: int,
     now = datetime.now(UTC)
     page = [r for r in await history.page(dep, limit, cursor)
             if not r.finished or r.created_at >= now - history.retention_age]
-    return merge(page, ledger.known_runs(dep), limit, cursor, now, FRESH)
+    return merge(page, [r for r in ledger.held() if r.deployment_id == dep], limit, cursor,
+                 now, FRESH)
 
 
 async def child(url: str, prefix: str) -> dict[str, float]:

@@ -276,9 +276,7 @@ class Checker:
         if ledger is None:
             return []
         return [Violation("projection", record.run_id, "in the ledger but no valid event stores it")
-                for deployment_id in ledger.deployments()
-                for record in ledger.known_runs(deployment_id)
-                if hash(record.run_id) not in self._seen]
+                for record in ledger.held() if hash(record.run_id) not in self._seen]
 
 
 # ----------------------------------------------------------------------------- grouping

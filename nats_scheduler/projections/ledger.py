@@ -23,93 +23,18 @@ last event per subject) is taken as given: there is nothing to check it against.
 
 from __future__ import annotations
 
-import sys
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-
-import msgspec
+from datetime import datetime
 
 from ..core.events import RunEventType, RunRecord
 from ..core.runcore import TransitionError, evolve
-from ..seam import RunState, Trigger
+from ..seam import RunState
+from .summaries import FAILURE_MEMORY, DeploymentSummary, RunMark, Summaries
 
 Listener = Callable[[RunRecord], None]
 
-FAILURE_MEMORY = timedelta(hours=25)
-"""How long a deployment's FAILED Runs stay in its summary (the views show the last 24 h)."""
-
-MAX_FAILURES = 200
-"""FAILED Runs kept per deployment summary; older ones are dropped first."""
-
-
-class RunMark(msgspec.Struct, frozen=True, gc=False):
-    """What a summary keeps of a deployment's newest Run: what the views show of it.
-
-    Not the whole record (payload, notes, bookkeeping): one summary per deployment is held
-    for every Schedule, so this is most of the ledger's memory at 100,000 Schedules
-    (docs/benchmarks.md)."""
-
-    run_id: str
-    state: RunState
-    trigger: Trigger
-    created: float
-    """``created_at`` as a POSIX timestamp (half a datetime's size)."""
-    due: float | None
-
-    @property
-    def created_at(self) -> datetime:
-        return datetime.fromtimestamp(self.created, UTC)
-
-    @property
-    def due_at(self) -> datetime | None:
-        return None if self.due is None else datetime.fromtimestamp(self.due, UTC)
-
-    @classmethod
-    def of(cls, record: RunRecord) -> RunMark:
-        due = record.due_at
-        return cls(record.run_id, record.state, record.trigger, record.created_at.timestamp(),
-                   None if due is None else due.timestamp())
-
-
-@dataclass(slots=True)
-class DeploymentSummary:
-    """What the views need of one deployment's history, without the history."""
-
-    last: RunMark | None = None
-    last_scheduled: RunMark | None = None
-    failures: dict[str, RunRecord] | None = None
-    """FAILED Runs of the last day (None: none; most deployments have none)."""
-
-    def note(self, record: RunRecord) -> None:
-        mark: RunMark | None = None
-        if self.last is None or _order(record) >= _order(self.last):
-            self.last = mark = RunMark.of(record)
-        if record.trigger == Trigger.SCHEDULE and (
-                self.last_scheduled is None or _order(record) >= _order(self.last_scheduled)):
-            self.last_scheduled = mark or RunMark.of(record)
-        if record.state == RunState.FAILED:
-            failures = self.failures
-            if failures is None:
-                failures = self.failures = {}
-            failures[record.run_id] = record
-            if len(failures) > MAX_FAILURES:
-                oldest = min(failures.values(), key=lambda r: r.updated_at)
-                del failures[oldest.run_id]
-
-    def forget_before(self, cutoff: datetime) -> None:
-        if not self.failures:
-            return
-        for run_id in [r for r, rec in self.failures.items() if rec.updated_at < cutoff]:
-            del self.failures[run_id]
-        if not self.failures:
-            self.failures = None
-
-
-def _order(record: RunRecord | RunMark) -> tuple[float, str]:
-    created = record.created if isinstance(record, RunMark) else record.created_at.timestamp()
-    return (created, record.run_id)
+__all__ = ["FAILURE_MEMORY", "DeploymentSummary", "Ledger", "RunMark"]
 
 
 class Ledger:
@@ -117,9 +42,8 @@ class Ledger:
 
     def __init__(self, recent_limit: int = 10_000) -> None:
         self._recent: OrderedDict[str, tuple[int, RunRecord]] = OrderedDict()
-        self._recent_of: dict[str, set[str]] = {}  # deployment -> its run IDs in _recent
         self._unfinished: dict[str, tuple[int, RunRecord]] = {}
-        self._summaries: dict[str, DeploymentSummary] = {}
+        self._summaries = Summaries()
         self._listeners: list[Listener] = []
         self._recent_limit = recent_limit
         self.created = 0
@@ -146,19 +70,25 @@ class Ledger:
             self._unfinished[record.run_id] = entry
         self._recent[record.run_id] = entry
         self._recent.move_to_end(record.run_id)
-        self._recent_of.setdefault(record.deployment_id, set()).add(record.run_id)
         while len(self._recent) > self._recent_limit:
-            _, (_, evicted) = self._recent.popitem(last=False)
-            ids = self._recent_of[evicted.deployment_id]
-            ids.discard(evicted.run_id)
-            if not ids:  # an empty set per deployment ever touched adds up (200 B each)
-                del self._recent_of[evicted.deployment_id]
-        summary = self._summaries.get(record.deployment_id)
-        if summary is None:  # the key shared with the Schedule table's (sys.intern)
-            summary = self._summaries[sys.intern(record.deployment_id)] = DeploymentSummary()
-        summary.note(record)
+            self._recent.popitem(last=False)
+        self._summaries.note(seq, record)
         for listener in self._listeners:
             listener(record)
+        return True
+
+    def apply_history(self, seq: int, record: RunRecord) -> bool:
+        """A Run read from the history (start-up, warm-up): an unfinished one, or a newer
+        state of one held, is applied as :meth:`apply` does (the recovery sweep needs it);
+        any other only updates its deployment's summary. A warm-up of the newest 50,000
+        Runs thus leaves the recently touched Runs to those this process works on, instead
+        of filling them with 10,000 records nobody asked for (docs/benchmarks.md)."""
+        known = self._known(record.run_id)
+        if known is not None and known[0] >= seq:
+            return False
+        if known is not None or not record.finished:
+            return self.apply(seq, record)
+        self._summaries.note(seq, record)
         return True
 
     def apply_event(self, seq: int, event: RunEventType, subject_ids: tuple[str, str]) -> bool:
@@ -184,30 +114,23 @@ class Ledger:
         """Runs still PENDING or DISPATCHING, cluster-wide."""
         return [record for _, record in self._unfinished.values()]
 
-    def known_runs(self, deployment_id: str) -> list[RunRecord]:
-        """The deployment's Runs held in memory (unfinished and recently touched)."""
-        runs = {run_id: self._recent[run_id][1]
-                for run_id in self._recent_of.get(deployment_id, ())}
-        runs.update((r.run_id, r) for _, r in self._unfinished.values()
-                    if r.deployment_id == deployment_id)
+    def held(self) -> list[RunRecord]:
+        """Every Run held in memory: the unfinished and the recently touched ones."""
+        runs = {run_id: record for run_id, (_, record) in self._recent.items()}
+        runs.update((run_id, record) for run_id, (_, record) in self._unfinished.items())
         return list(runs.values())
 
     def summary(self, deployment_id: str) -> DeploymentSummary:
         """The deployment's newest Run and newest scheduled Run (empty when none is known)."""
-        return self._summaries.get(deployment_id) or DeploymentSummary()
+        return self._summaries.summary(deployment_id)
 
     def failures(self, since: datetime, deployment_id: str | None = None) -> list[RunRecord]:
         """FAILED Runs that changed at or after ``since`` (of one deployment, or of all)."""
-        chosen = ([self._summaries[deployment_id]] if deployment_id in self._summaries
-                  else [] if deployment_id is not None else list(self._summaries.values()))
-        found = []
-        for summary in chosen:
-            summary.forget_before(since - FAILURE_MEMORY)
-            found.extend(r for r in (summary.failures or {}).values() if r.updated_at >= since)
-        return found
+        return self._summaries.failures(since, deployment_id)
 
-    def deployments(self) -> list[str]:
-        return list(self._summaries)
+    def summarised(self) -> int:
+        """How many deployments have a summary."""
+        return len(self._summaries)
 
     def count(self) -> int:
         """Runs held in memory right now (bounded by ``recent_limit`` plus the unfinished)."""

@@ -164,7 +164,7 @@ async def load_ledger(
     wanted = list(open_runs)
     states = await history.states_by_id(wanted)
     for seq, record in states.values():
-        ledger.apply(seq, record)
+        ledger.apply_history(seq, record)
     await load_newest(ledger, history, deployments)
     return [run_id for run_id in wanted if run_id not in states]
 
@@ -179,7 +179,7 @@ async def load_newest(ledger: Ledger, history: RunHistory, deployments: Iterable
         latest = await history.latest(ids[start:start + chunk])
         newest = await history.states([(dep, e.run_id) for dep, e in latest.items()])
         for seq, record in newest.values():
-            applied += ledger.apply(seq, record)
+            applied += ledger.apply_history(seq, record)
     return applied
 
 
@@ -206,5 +206,5 @@ async def load_recent(ledger: Ledger, history: RunHistory, now: datetime) -> int
                                       WARM_UP_CHUNK):
         states = await history.states([(dep, entry.run_id) for dep, entry in chunk])
         for seq, record in states.values():
-            applied += ledger.apply(seq, record)
+            applied += ledger.apply_history(seq, record)
     return applied
