@@ -56,6 +56,7 @@ from ..tasks import cancel_and_wait
 from .dispatcher import Dispatcher
 from .firing import Firing
 from .freshness import Freshness
+from .memory import release_freed_memory
 from .metrics import Metrics
 from .retention import Retention
 from .ticker import Fire, FireMany, Ticker
@@ -365,6 +366,7 @@ class Runtime:
             log.warning("could not load the last day's runs; views fill in as runs change",
                         exc_info=True)
         finally:
+            release_freed_memory()  # the load's and the warm-up's transient objects
             self.warmed.set()
 
     async def current_schedule(self, deployment_id: str) -> ScheduleRecord | None:
