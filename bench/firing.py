@@ -539,9 +539,9 @@ class CountingProvider(NatsSchedulerProvider):
 
 
 def pending_tasks(provider: NatsSchedulerProvider) -> int:
-    """Dispatch tasks still alive, lease release included (a bench may look inside)."""
+    """Dispatch tasks still alive, lease release included."""
     dispatcher = provider.dispatcher
-    return 0 if dispatcher is None else len(dispatcher._tasks)
+    return 0 if dispatcher is None else dispatcher.tasks
 
 
 async def started(provider: NatsSchedulerProvider,

@@ -134,7 +134,7 @@ class ServerClock:
     :meth:`observe` (the presence beat, once a second). When the samples stop it goes on by
     the last estimate, its bound widened for drift, for ``hold`` seconds
     (:data:`~.core.serverclock.HOLD_SECONDS`); only before the first sample, or after that,
-    is it the inner clock, as before this class existed.
+    is it the inner clock (the host's).
     """
 
     follows_wall_time = False  # already corrected: never wrapped twice

@@ -7,7 +7,7 @@ import nats.js.errors
 import pytest
 
 from nats_scheduler.jetstream import errors
-from nats_scheduler.seam import SchedulerConfigurationError, SchedulerUnavailable
+from nats_scheduler.seam import SchedulerUnavailable
 from tests.providers import assert_clean
 
 
@@ -69,8 +69,6 @@ def test_seam_errors_keep_engine_text_out_of_the_message_but_chained() -> None:
     assert isinstance(error, SchedulerUnavailable)
     assert error.__cause__ is cause
     assert_clean(str(error))
-    config = errors.misconfigured("needs ASTRABOX_NATS_URL", cause)
-    assert isinstance(config, SchedulerConfigurationError) and config.__cause__ is cause
 
 
 def test_a_full_store_says_so_in_astrabox_words() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 
@@ -55,6 +56,7 @@ async def join(nats_url: str) -> AsyncIterator[Join]:
                                        beat_seconds=beat, elapsed=elapsed, clock=clock)
         await presence.start()
         started.append((presence, nc))
+        _CONNECTIONS[presence] = nc
         return presence
 
     start.names = names  # type: ignore[attr-defined]
@@ -67,8 +69,13 @@ async def join(nats_url: str) -> AsyncIterator[Join]:
                 await nc.close()
 
 
+_CONNECTIONS: weakref.WeakKeyDictionary[Presence, Client] = weakref.WeakKeyDictionary()
+"""Each started Presence's own connection (the :func:`join` fixture fills it)."""
+
+
 def connection(presence: Presence) -> Client:
-    return presence._kv._js._nc  # the test "kills" a replica by closing its connection
+    """The replica's connection: a test "kills" a replica by closing it."""
+    return _CONNECTIONS[presence]
 
 
 async def test_replicas_see_each_other_and_a_stopped_one_leaves_at_once(join: Join) -> None:

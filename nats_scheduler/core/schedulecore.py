@@ -31,7 +31,7 @@ def _definition_equal(record: ScheduleRecord, schedule: Schedule) -> bool:
     reconcile compares every stored Schedule: building and validating each one doubled it)."""
     if record.deleted:
         return False
-    if type(schedule) is not Schedule:  # a subclass: compared as before, type included
+    if type(schedule) is not Schedule:  # a subclass: compared as a whole, type included
         return record.definition() == schedule
     return all(getattr(record, name) == getattr(schedule, name) for name in _DEFINITION)
 

@@ -35,7 +35,7 @@ HOLD_SECONDS = 3600.0
 its presence watch lost) must not go back to its host clock: a host clock minutes off, or
 stepped meanwhile, would then fire due times that early (a soak found Runs 16 s early that
 way). Late by at most ``DRIFT`` x the age instead (1.8 s after an hour); past it, the host
-clock, as before this clock existed."""
+clock."""
 
 DRIFT = 500e-6
 """How far elapsed time and the server's clock may drift apart per second: quartz is within

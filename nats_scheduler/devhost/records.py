@@ -211,6 +211,3 @@ class DeploymentStore:
         records = [_row(r) for r in rows]
         return records if include_deleted else [r for r in records if not r.deleted]
 
-    def is_empty(self) -> bool:
-        with self._conn() as conn:
-            return conn.execute("SELECT COUNT(*) FROM deployments").fetchone()[0] == 0

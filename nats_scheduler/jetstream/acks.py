@@ -13,7 +13,7 @@ per message keyed by a short token) and adds the missing timeout as one sweep ov
 pending messages, a few times a second, instead of a timer per message. The acknowledgement
 is decoded by msgspec into the three fields the store uses. Errors are nats-py's own
 (``APIError`` subclasses from the server's error, ``TimeoutError``, ``NoStreamResponseError``),
-so :mod:`.errors` classifies them as before.
+so :mod:`.errors` classifies them like any other call's.
 """
 
 from __future__ import annotations

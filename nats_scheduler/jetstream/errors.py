@@ -23,7 +23,7 @@ from enum import IntEnum
 import nats.errors
 import nats.js.errors
 
-from ..seam import SchedulerConfigurationError, SchedulerUnavailable
+from ..seam import SchedulerUnavailable
 
 
 class Conflict(Exception):
@@ -185,8 +185,3 @@ def unavailable(what: str, cause: BaseException | None = None) -> SchedulerUnava
     error.__cause__ = cause
     return error
 
-
-def misconfigured(what: str, cause: BaseException | None = None) -> SchedulerConfigurationError:
-    error = SchedulerConfigurationError(what)
-    error.__cause__ = cause
-    return error

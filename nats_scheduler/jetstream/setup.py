@@ -131,11 +131,11 @@ async def _ensure_stream(js: JetStreamContext, names: Names, wanted: StreamConfi
 async def _allow_atomic(js: JetStreamContext, config: StreamConfig) -> StreamInfo | None:
     """Upgrade a stream set up by an older release in place: atomic batches allowed.
 
-    Additive (nothing stored changes; an older release publishes as before). Asked once,
-    briefly: the shipped permissions let the scheduler create streams but not change
-    them, so on such a store the request goes unanswered. Then the store works as before,
-    one message at a time (:meth:`AckedPublisher.publish_batched` notices the refusal),
-    and says how to upgrade it."""
+    Additive: nothing stored changes, and an older release goes on publishing one message
+    at a time. Asked once, briefly: the shipped permissions let the scheduler create
+    streams but not change them, so on such a store the request goes unanswered. Then the
+    store is written one message at a time (:meth:`AckedPublisher.publish_batched` notices
+    the refusal), and says how to upgrade it."""
     try:
         return await asyncio.wait_for(
             js.update_stream(replace(config, allow_atomic=True)), UPGRADE_TIMEOUT)

@@ -139,6 +139,11 @@ class Dispatcher:
         task.add_done_callback(done)
 
     @property
+    def tasks(self) -> int:
+        """Dispatch tasks alive: Runs held, waiting for a lease slot, or giving a lease back."""
+        return len(self._tasks)
+
+    @property
     def in_flight(self) -> list[str]:
         """Run IDs this process holds right now."""
         return list(self._in_flight)

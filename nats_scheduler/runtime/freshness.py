@@ -12,7 +12,7 @@ stream's last sequence, taken at instant ``t``, proves more than a read per Sche
 consumer's position has reached that sequence, the table holds every Schedule event stored
 before ``t``, for every Schedule. A firing then treats the table as a leader read taken at
 ``t``. When the consumer lags, :meth:`Freshness.confirm` waits briefly for it, and says
-"unproven" if it does not catch up (the caller then reads from the leader as before).
+"unproven" if it does not catch up (the caller then reads the Schedule from the leader).
 
 Confirmations are shared: callers that arrive while one is in flight wait for it, or for the
 next one when they need a confirmation that started after they arrived (``since``).

@@ -203,8 +203,8 @@ class Runtime:
         """Join the live replicas, so due times get one owner each (runtime/ticker.py).
 
         Without it (a server or configuration that refuses the replicas bucket) this process
-        fires every due time itself, as every replica did before owners: correct, only more
-        work for the store when several replicas run.
+        fires every due time itself: correct (the store lets one Run per due time win), only
+        more work for the store when several replicas run.
         """
         try:
             clock = self._clock
