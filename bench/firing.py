@@ -676,6 +676,41 @@ class FiringRun:
     boundaries: list[Boundary]
     extra_starts: int = 0
     stale_fires: int = 0
+    check: dict[str, Any] | None = None
+    """``nats-scheduler check --json`` over the prefix's whole store after the boundaries."""
+
+
+async def store_check(target: Target, prefix: str, *, alive: tuple[datetime, datetime] | None,
+                      manual: bool) -> dict[str, Any]:
+    """``nats-scheduler check`` over everything the run stored, as an operator would run it
+    after the benchmark: every due time inside ``alive`` must have exactly one Run, none
+    invented, doubled, started twice or (real clock) stored before its due time."""
+    command = [sys.executable, "-m", "nats_scheduler.cli.main", "check", "--url", target.url,
+               "--prefix", prefix, "--json", "--timeout", "60"]
+    if alive is not None:
+        command += ["--alive", f"{alive[0].isoformat()}/{alive[1].isoformat()}"]
+    if manual:
+        command += ["--early-tolerance", "off"]  # due times of a hand-moved clock
+    proc = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 1800)
+    try:
+        report: dict[str, Any] = json.loads(out)
+    except ValueError:
+        return {"error": (err or out).decode(errors="replace").strip()[-300:]}
+    return report
+
+
+def check_line(report: dict[str, Any] | None) -> str:
+    if report is None:
+        return "nats-scheduler check: not run"
+    if "error" in report:
+        return f"nats-scheduler check: failed to run: {report['error']}"
+    violations = report.get("violations", [])
+    kinds = Counter(v.get("check") for v in violations)
+    listed = ", ".join(f"{k} {n}" for k, n in kinds.items())
+    return (f"nats-scheduler check: {report.get('runs', 0):,} Runs, {len(violations)} "
+            f"violations{f' ({listed})' if listed else ''}")
 
 
 def server_cpu(server: NatsServer | Target) -> float:
@@ -711,6 +746,7 @@ async def fire_real(server: NatsServer | Target, count: int, *, replicas: int = 
     measured: list[Boundary] = []
     try:
         await asyncio.wait_for(asyncio.gather(*(c.ready.wait() for c in children)), 60)
+        alive_from = datetime.now(UTC)
         first = next_boundary(time.time() + 2.0)
         for k in range(boundaries):
             due = first + 60 * k
@@ -725,6 +761,7 @@ async def fire_real(server: NatsServer | Target, count: int, *, replicas: int = 
             after = await counters(js, target.http_urls, names, _calls(children))
             measured.append(Boundary(due, due_iso, before, after, done_in))
     finally:
+        alive_to = datetime.now(UTC)
         records = [await c.stop() for c in children]
         shutil.rmtree(workdir, ignore_errors=True)
     result = FiringRun(count, replicas, False, apply_rate, measured,
@@ -733,6 +770,8 @@ async def fire_real(server: NatsServer | Target, count: int, *, replicas: int = 
     _attribute_starts(result, records)
     await _scan_runs(js, names, result)
     await nc.close()
+    result.check = await store_check(target, prefix, alive=(alive_from, alive_to),
+                                     manual=False)
     return result
 
 
@@ -804,6 +843,7 @@ async def fire_manual(server: NatsServer | Target, count: int, *, boundaries: in
         await provider.stop()
     await _scan_runs(js, names, result)
     await nc.close()
+    result.check = await store_check(target, prefix, alive=None, manual=True)
     return result
 
 
@@ -873,6 +913,7 @@ def print_firing(result: FiringRun, refs: References | None) -> None:
         print("\n".join(per_run_lines(b.before, b.after, b.created)))
     print(f" repeated start_session calls (duplicates, must be 0): {result.extra_starts}; "
           f"stale Schedule reads redone: {result.stale_fires}")
+    print(f" {check_line(result.check)}")
 
 
 # ----------------------------------------------------------------------------- Run now
