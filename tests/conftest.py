@@ -63,12 +63,8 @@ def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer
     Tests isolate themselves by a unique prefix (``unique_prefix()``) instead of a server
     each, which keeps the suite fast. Do not kill or restart it: use ``fresh_nats_server``.
     """
-    server = NatsServer(tmp_path_factory.mktemp("nats-session"), server_name="session")
-    server.start()
-    try:
+    with NatsServer(tmp_path_factory.mktemp("nats-session"), server_name="session") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -80,23 +76,15 @@ def nats_url(nats_server: NatsServer) -> str:
 @pytest.fixture
 def fresh_nats_server(tmp_path: Path) -> Iterator[NatsServer]:
     """A private JetStream server for tests that kill, pause or restart it."""
-    server = NatsServer(tmp_path / "nats", server_name="fresh")
-    server.start()
-    try:
+    with NatsServer(tmp_path / "nats", server_name="fresh") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
 def nats_cluster(tmp_path: Path) -> Iterator[NatsCluster]:
     """A 3-node JetStream cluster on loopback (every node healthy, meta leader elected)."""
-    cluster = NatsCluster(tmp_path / "cluster")
-    cluster.start()
-    try:
+    with NatsCluster(tmp_path / "cluster") as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture

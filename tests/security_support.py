@@ -46,13 +46,9 @@ _VIOLATION = re.compile(
 def prod_server(store_dir: Path, *, prefix: str = "SCHED",
                 extra_config: str | None = None) -> Iterator[NatsServer]:
     """The committed nats-server.conf, started on test ports, stopped afterwards."""
-    server = production_server(store_dir, passwords=PASSWORDS, prefix=prefix,
-                               extra_config=extra_config)
-    server.start()
-    try:
+    with production_server(store_dir, passwords=PASSWORDS, prefix=prefix,
+                           extra_config=extra_config) as server:
         yield server
-    finally:
-        server.stop()
 
 
 async def connect_as(server: NatsServer, user: str | None) -> tuple[Client, ViolationLog]:

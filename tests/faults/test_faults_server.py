@@ -43,12 +43,8 @@ FREEZE = 3.0
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[NatsServer]:
-    server = NatsServer(tmp_path / "nats", server_name="durable", sync_always=True)
-    server.start()
-    try:
+    with NatsServer(tmp_path / "nats", server_name="durable", sync_always=True) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -38,12 +38,8 @@ LIMIT = 3 * 1024 * 1024
 
 @pytest.fixture
 def small_server(tmp_path: Path) -> Iterator[NatsServer]:
-    server = NatsServer(tmp_path / "nats", max_file_store=LIMIT, sync_always=True)
-    server.start()
-    try:
+    with NatsServer(tmp_path / "nats", max_file_store=LIMIT, sync_always=True) as server:
         yield server
-    finally:
-        server.stop()
 
 
 async def fill(url: str) -> int:
