@@ -5,22 +5,26 @@ Sections (append new ones at the end, e.g. provider fixtures):
 1. async backend
 2. failure reporting (server log tails attached to failed tests)
 3. NATS servers: session server, private server, 3-node cluster, testcontainers (opt-in)
+4. replica processes: the shared handler file and a replica set on it
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator, Mapping
 from pathlib import Path
 
 import pytest
 
 from nats_scheduler.natsserver.process import NatsServer
 from tests.harness.cluster import NatsCluster
+from tests.harness.replicas import ReplicaSet, replica_set
+from tests.harness.scenario import FAST_REPLICA, LEASE
 from tests.harness.servers import (
     DockerUnavailable,
     testcontainers_nats,
     testcontainers_requested,
 )
+from tests.harness.shared_handler import SqliteRunHandler
 
 # =========================================================================== 1. async backend
 
@@ -105,3 +109,40 @@ def nats_testcontainer() -> Iterator[str]:
         yield url
     finally:
         cm.__exit__(None, None, None)
+
+
+# =========================================================================== 4. replica processes
+#
+# ``replicas`` is a set of ``python -m tests.harness.replica`` processes on a fresh prefix of
+# ``replica_url``, each with a ``SqliteRunHandler`` on ``handler``'s file, every one with the
+# lease ``LEASE`` and the settings ``replica_settings``. A module whose replicas need other
+# settings or another server overrides ``replica_settings`` or ``replica_url`` (a fixture of
+# the same name in the module), not ``replicas`` itself, so every such set is made one way.
+
+
+@pytest.fixture
+def handler(tmp_path: Path) -> SqliteRunHandler:
+    """The test's own view of the handler file the replicas share (steering and counting):
+    Sessions are counted across processes the way AstraBox would count them."""
+    return SqliteRunHandler(tmp_path / "handler.db", process="test")
+
+
+@pytest.fixture
+def replica_url(nats_url: str) -> str:
+    """The server (or the cluster's comma-separated URLs) the ``replicas`` connect to."""
+    return nats_url
+
+
+@pytest.fixture
+def replica_settings() -> Mapping[str, object]:
+    """Settings of the ``replicas``: the scenarios' short retries and drains."""
+    return FAST_REPLICA
+
+
+@pytest.fixture
+async def replicas(replica_url: str, tmp_path: Path, handler: SqliteRunHandler,
+                   replica_settings: Mapping[str, object]) -> AsyncIterator[ReplicaSet]:
+    """Replica processes on a fresh prefix; all stopped (or killed) afterwards."""
+    async with replica_set(replica_url, tmp_path, handler.path, lease_seconds=LEASE,
+                           settings=replica_settings) as rs:
+        yield rs

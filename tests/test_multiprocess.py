@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -32,15 +30,13 @@ from nats_scheduler.names import scheduled_run_id, token
 from nats_scheduler.seam import RunPayload, Schedule
 from nats_scheduler.testing.handler import RecordingRunHandler
 from tests.harness.history import StoredEvent, run_history
-from tests.harness.replicas import ReplicaProcess, ReplicaSet, replica_set
+from tests.harness.replicas import ReplicaProcess, ReplicaSet
+from tests.harness.scenario import LEASE
 from tests.harness.servers import connect_fast, unique_prefix
 from tests.harness.shared_handler import CallRecord, SqliteRunHandler
 from tests.providers import eventually, running
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
-
-LEASE = 2.0
-"""Lease length of the replicas here: short, so takeovers are quick; the bound is lease + 5 s."""
 
 REPLICA_SETTINGS: dict[str, object] = {
     "call_timeout": 30.0,  # a held ("hang") call must outlive the test's kill, not time out
@@ -61,18 +57,9 @@ def schedule(deployment_id: str, cron: str = "0 3 29 2 *", **extra: Any) -> dict
 
 
 @pytest.fixture
-def handler(tmp_path: Path) -> SqliteRunHandler:
-    """The test's own view of the shared handler file (steering and counting)."""
-    return SqliteRunHandler(tmp_path / "handler.db", process="test")
-
-
-@pytest.fixture
-async def replicas(nats_url: str, tmp_path: Path,
-                   handler: SqliteRunHandler) -> AsyncIterator[ReplicaSet]:
-    """A set of replica processes on a fresh prefix; all stopped (or killed) afterwards."""
-    async with replica_set(nats_url, tmp_path, handler.path, lease_seconds=LEASE,
-                           settings=REPLICA_SETTINGS) as rs:
-        yield rs
+def replica_settings() -> dict[str, object]:
+    """Settings of the shared ``replicas`` here: held calls outlive the test's kill."""
+    return REPLICA_SETTINGS
 
 
 async def history(nats_url: str, prefix: str, deployment: str, run_id: str) -> list[StoredEvent]:

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -42,7 +40,7 @@ from nats_scheduler.runtime.firing import FIRE_READ_MAX_AGE
 from nats_scheduler.seam import Run, RunNotFound, RunPayload, RunState, Schedule, Trigger
 from nats_scheduler.testing.handler import RecordingRunHandler
 from tests.harness.history import deployment_run_history
-from tests.harness.replicas import ReplicaSet, replica_set
+from tests.harness.replicas import ReplicaSet
 from tests.harness.servers import connect_fast, unique_prefix
 from tests.harness.shared_handler import SqliteRunHandler
 from tests.providers import eventually, running
@@ -65,16 +63,9 @@ def as_json(s: Schedule) -> dict[str, object]:
 
 
 @pytest.fixture
-def handler(tmp_path: Path) -> SqliteRunHandler:
-    return SqliteRunHandler(tmp_path / "handler.db", process="test")
-
-
-@pytest.fixture
-async def replicas(nats_url: str, tmp_path: Path,
-                   handler: SqliteRunHandler) -> AsyncIterator[ReplicaSet]:
-    async with replica_set(nats_url, tmp_path, handler.path, lease_seconds=2.0,
-                           settings={"store_retry_seconds": 5.0}) as rs:
-        yield rs
+def replica_settings() -> dict[str, object]:
+    """Only a store retry budget: the replicas here keep their default call settings."""
+    return {"store_retry_seconds": 5.0}
 
 
 @pytest.mark.slow

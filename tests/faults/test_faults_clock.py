@@ -12,7 +12,6 @@ and no lease taken from a holder that is alive and renewing it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -41,19 +40,6 @@ SCHEDULES = 20
 ESTIMATE_ERROR = 0.1
 """Seconds the replica's estimate of its own clock's offset may be off (a loopback round
 trip is a millisecond; this is for a loaded machine)."""
-
-
-@pytest.fixture
-def handler(tmp_path: Path) -> SqliteRunHandler:
-    return SqliteRunHandler(tmp_path / "handler.db", process="test")
-
-
-@pytest.fixture
-async def replicas(nats_url: str, tmp_path: Path,
-                   handler: SqliteRunHandler) -> AsyncIterator[ReplicaSet]:
-    async with replica_set(nats_url, tmp_path, handler.path, lease_seconds=LEASE,
-                           settings=FAST_REPLICA) as rs:
-        yield rs
 
 
 async def ticker_fires(replica: ReplicaProcess, deployment: str) -> set[datetime]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -25,7 +25,7 @@ from nats_scheduler.provider import NatsSchedulerProvider
 from nats_scheduler.seam import EnqueueRequest, RunPayload, RunState, Schedule, Trigger
 from tests.harness.cluster import NatsCluster
 from tests.harness.proxy import TcpProxy, links_of, partitionable_cluster
-from tests.harness.replicas import ReplicaSet
+from tests.harness.replicas import ReplicaSet, replica_set
 from tests.harness.scenario import (
     FAST_REPLICA,
     LEASE,
@@ -49,11 +49,6 @@ CLUSTERED: dict[str, object] = {**FAST_REPLICA, "replicas": 3, "store_retry_seco
 # when a leader dies; callers retry for 10 s) plus one lease, after which a holder that could
 # not renew is rightly taken over.
 HEAL_SETTLE = 10.0 + LEASE
-
-
-@pytest.fixture
-def handler(tmp_path: Path) -> SqliteRunHandler:
-    return SqliteRunHandler(tmp_path / "handler.db", process="test")
 
 
 async def leader_of(cluster: NatsCluster, stream: str) -> int:
@@ -115,27 +110,26 @@ async def test_concurrent_writers_on_three_nodes_get_conflicts_never_unavailable
 
 
 @pytest.fixture
-async def cluster_replicas(nats_cluster: NatsCluster, tmp_path: Path,
-                           handler: SqliteRunHandler) -> AsyncIterator[ReplicaSet]:
-    async with ReplicaSet(url=nats_cluster.urls, prefix=unique_prefix(),
-                          handler_db=handler.path, log_dir=tmp_path / "logs",
-                          lease_seconds=LEASE, settings=CLUSTERED) as rs:
-        try:
-            yield rs
-        except BaseException:
-            print(rs.log_tails())
-            raise
+def replica_url(nats_cluster: NatsCluster) -> str:
+    """The ``replicas`` connect to the whole cluster (they may fail over to any node)."""
+    return nats_cluster.urls
+
+
+@pytest.fixture
+def replica_settings() -> dict[str, object]:
+    """Three replicas of everything, and a store retry budget that outlasts an election."""
+    return CLUSTERED
 
 
 async def test_runs_leader_killed_during_a_burst_loses_and_doubles_nothing(
-    nats_cluster: NatsCluster, cluster_replicas: ReplicaSet, handler: SqliteRunHandler,
+    nats_cluster: NatsCluster, replicas: ReplicaSet, handler: SqliteRunHandler,
 ) -> None:
-    replicas = await cluster_replicas.spawn("a", "b", "c")
-    await replicas[0].send("apply", schedule=schedule("burst"))
+    spawned = await replicas.spawn("a", "b", "c")
+    await spawned[0].send("apply", schedule=schedule("burst"))
     burst = Burst("burst")
-    task = asyncio.create_task(burst.waves(replicas, far_dues(24), per_wave=4))
+    task = asyncio.create_task(burst.waves(spawned, far_dues(24), per_wave=4))
     await eventually(lambda: len(burst.expected) >= 8, timeout=30)
-    victim = await leader_of(nats_cluster, f"{cluster_replicas.prefix}_RUNS")
+    victim = await leader_of(nats_cluster, f"{replicas.prefix}_RUNS")
     killed_at = datetime.now(UTC)
     await asyncio.to_thread(nats_cluster.kill, victim)
     await asyncio.wait_for(task, 120)
@@ -144,12 +138,12 @@ async def test_runs_leader_killed_during_a_burst_loses_and_doubles_nothing(
 
     assert burst.errors == [], burst.errors[:3]  # a quorum remained: nothing may fail
     assert len(burst.expected) == 24 and len(burst.enqueued) == 6
-    await wait_converged(nats_cluster.url_list, cluster_replicas.prefix)
-    await wait_all_finished(nats_cluster.urls, cluster_replicas.prefix)
-    await wait_projections(replicas, nats_cluster.urls, cluster_replicas.prefix)
+    await wait_converged(nats_cluster.url_list, replicas.prefix)
+    await wait_all_finished(nats_cluster.urls, replicas.prefix)
+    await wait_projections(spawned, nats_cluster.urls, replicas.prefix)
     # replicas whose server died could not renew leases until they reconnected elsewhere
-    windows = without(cluster_replicas.windows(), killed_at, settled_at)
-    await assert_clean_store(nats_cluster.urls, cluster_replicas.prefix, handler=handler,
+    windows = without(replicas.windows(), killed_at, settled_at)
+    await assert_clean_store(nats_cluster.urls, replicas.prefix, handler=handler,
                              windows=windows, expected=burst.expected)
 
 
@@ -176,9 +170,8 @@ async def test_a_node_partitioned_and_healed_loses_and_doubles_nothing(
     node of the cluster (it learnt their addresses from node 0) rather than stay unavailable
     for the whole partition."""
     cluster, proxy = proxied_cluster
-    async with ReplicaSet(url=cluster.urls, prefix=unique_prefix(), handler_db=handler.path,
-                          log_dir=tmp_path / "logs", lease_seconds=LEASE,
-                          settings=CLUSTERED) as rs:
+    async with replica_set(cluster.urls, tmp_path, handler.path, lease_seconds=LEASE,
+                           settings=CLUSTERED) as rs:
         replicas = [await rs.add("a", url=cluster.nodes[0].url).start(),
                     *await rs.spawn("b", "c")]
         await replicas[0].send("apply", schedule=schedule("split"))

@@ -10,13 +10,12 @@ holder writes nothing after another replica took its Run over. Each ends with th
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
 from nats_scheduler.core.events import RunClaimed
 from tests.harness.checking import read_history
-from tests.harness.replicas import ReplicaProcess, ReplicaSet, replica_set
+from tests.harness.replicas import ReplicaProcess, ReplicaSet
 from tests.harness.scenario import (
     FAST_REPLICA,
     LEASE,
@@ -48,20 +47,20 @@ FINAL = {"hang": "failed", "deaf": "failed", "flaky": "dispatched", "reject": "f
 
 
 @pytest.fixture
-def handler(tmp_path: Path) -> SqliteRunHandler:
-    return SqliteRunHandler(tmp_path / "handler.db", process="test")
+def replica_settings() -> dict[str, object]:
+    """Short call timeouts and few attempts: a misbehaving call uses its budget up fast."""
+    return SETTINGS
 
 
 @pytest.fixture
-async def replicas(nats_url: str, tmp_path: Path,
-                   handler: SqliteRunHandler) -> AsyncIterator[ReplicaSet]:
-    async with replica_set(nats_url, tmp_path, handler.path, lease_seconds=LEASE,
-                           settings=SETTINGS) as rs:
-        try:
-            yield rs
-        finally:
-            for replica in rs.replicas:  # a deaf call would hold a graceful stop up
-                replica.kill()
+async def replicas(replicas: ReplicaSet) -> AsyncIterator[ReplicaSet]:
+    """The shared ``replicas``, killed before their graceful stop: a deaf call would hold
+    that stop up."""
+    try:
+        yield replicas
+    finally:
+        for replica in replicas.replicas:
+            replica.kill()
 
 
 async def runs_of(replica: ReplicaProcess, deployment: str) -> list[dict[str, object]]:

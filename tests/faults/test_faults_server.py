@@ -12,7 +12,7 @@ the soak (``bench/soak.py``); here it is 3 s, to keep the suite fast.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -21,7 +21,6 @@ import pytest
 from nats_scheduler.natsserver.process import NatsServer
 from tests.harness.replicas import ReplicaSet
 from tests.harness.scenario import (
-    FAST_REPLICA,
     LEASE,
     Burst,
     assert_clean_store,
@@ -31,7 +30,6 @@ from tests.harness.scenario import (
     wait_projections,
     without,
 )
-from tests.harness.servers import unique_prefix
 from tests.harness.shared_handler import SqliteRunHandler
 from tests.providers import eventually
 
@@ -48,21 +46,9 @@ def server(tmp_path: Path) -> Iterator[NatsServer]:
 
 
 @pytest.fixture
-def handler(tmp_path: Path) -> SqliteRunHandler:
-    return SqliteRunHandler(tmp_path / "handler.db", process="test")
-
-
-@pytest.fixture
-async def replicas(server: NatsServer, tmp_path: Path,
-                   handler: SqliteRunHandler) -> AsyncIterator[ReplicaSet]:
-    async with ReplicaSet(url=server.url, prefix=unique_prefix(), handler_db=handler.path,
-                          log_dir=tmp_path / "logs", lease_seconds=LEASE,
-                          settings=FAST_REPLICA) as rs:
-        try:
-            yield rs
-        except BaseException:
-            print(rs.log_tails())
-            raise
+def replica_url(server: NatsServer) -> str:
+    """The ``replicas`` connect to this module's own server, the one the tests kill."""
+    return server.url
 
 
 async def test_server_killed_and_restarted_mid_burst_loses_and_doubles_nothing(

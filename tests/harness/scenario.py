@@ -30,6 +30,7 @@ __all__ = ["FAR", "FAST_REPLICA", "Burst", "assert_clean_store", "schedule",
            "without"]
 
 LEASE = 2.0
+"""Lease of the scenarios' replicas: short, so takeovers are quick."""
 
 FAST_REPLICA: dict[str, object] = {
     "call_timeout": 5.0,
