@@ -17,22 +17,13 @@ from nats_scheduler import ManualClock
 from nats_scheduler.jetstream.connection import connect
 from nats_scheduler.jetstream.leases import Leases
 from nats_scheduler.jetstream.store import Store
+from tests.harness.clocks import ManualElapsed
 from tests.harness.servers import unique_prefix
 from tests.providers import settings
 
 pytestmark = pytest.mark.anyio
 
 LEASE = 2.0
-
-
-class Elapsed:
-    """A monotonic clock the test moves."""
-
-    def __init__(self) -> None:
-        self.value = 100.0
-
-    def __call__(self) -> float:
-        return self.value
 
 
 @pytest.fixture
@@ -49,7 +40,7 @@ async def store(nats_url: str) -> AsyncIterator[Store]:
 async def test_only_an_unrenewed_revision_expires_whatever_the_clocks_say(store: Store) -> None:
     now = datetime.now(UTC)
     holder = Leases(store, ManualClock(now - timedelta(hours=1)), "holder", LEASE)
-    elapsed = Elapsed()
+    elapsed = ManualElapsed()
     reader = Leases(store, ManualClock(now + timedelta(hours=1)), "reader", LEASE,
                     elapsed=elapsed)
     acquired = await holder.acquire("r1")

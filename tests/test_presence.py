@@ -20,6 +20,7 @@ from nats_scheduler.clock import Clock, ManualClock
 from nats_scheduler.jetstream.presence import Presence, PresenceValue
 from nats_scheduler.names import Names
 from nats_scheduler.natsserver.process import NatsServer
+from tests.harness.clocks import ManualElapsed
 from tests.harness.servers import connect_fast, unique_prefix
 from tests.providers import eventually
 
@@ -27,16 +28,6 @@ pytestmark = pytest.mark.anyio
 
 SLOW_BEAT = 600.0
 """A beat so slow no member expires during a test: only a delete can remove it."""
-
-
-class Elapsed:
-    """A monotonic clock the test moves."""
-
-    def __init__(self) -> None:
-        self.value = 1000.0
-
-    def __call__(self) -> float:
-        return self.value
 
 
 Join = Callable[..., Awaitable[Presence]]
@@ -121,7 +112,7 @@ async def test_the_times_in_a_key_come_from_the_injected_clock(join: Join) -> No
 
 async def test_a_replica_that_stops_beating_drops_out_after_the_window(join: Join) -> None:
     """Judged on the watcher's elapsed time: live until 3 beats have passed, then gone."""
-    elapsed = Elapsed()
+    elapsed = ManualElapsed(1000.0)
     a = await join("replica-a", beat=1.0, elapsed=elapsed)  # window: 3.0 s of ``elapsed``
     b = await join("replica-b")  # puts its key once, then never again (SLOW_BEAT)
     await eventually(lambda: a.live() == ("replica-a", "replica-b"), timeout=10)

@@ -16,6 +16,7 @@ from nats_scheduler.core.serverclock import (
     OffsetEstimator,
     Sample,
 )
+from tests.harness.clocks import ManualElapsed
 
 pytestmark = pytest.mark.anyio
 
@@ -83,21 +84,13 @@ def test_old_samples_leave_the_window() -> None:
     assert estimate is not None and estimate.width == pytest.approx(0.010, abs=1e-6)
 
 
-class Elapsed:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_server_clock_reads_the_lower_bound_holds_it_and_then_the_host_clock() -> None:
     host = ManualClock(datetime.fromtimestamp(SERVER + 100.0 + 20.0, UTC))  # 20 s fast
-    elapsed = Elapsed()
+    elapsed = ManualElapsed()
     clock = ServerClock(host, elapsed=elapsed)
     assert clock.now() == host.now() and clock.offset() is None  # no estimate yet
     clock.observe(sample(100.0, 100.002, host_ahead=20.0))
-    elapsed.now = 101.0
+    elapsed.value = 101.0
     # a second after the sample: the lower bound, less a second's drift
     assert clock.now().timestamp() == pytest.approx(SERVER + 101.0 - 0.001 - DRIFT, abs=1e-5)
     assert clock.offset() == pytest.approx(20.0, abs=1e-5)
@@ -107,12 +100,12 @@ def test_the_server_clock_reads_the_lower_bound_holds_it_and_then_the_host_clock
     # no sample for longer than FRESH_SECONDS (the store slow, a watch lost): the offset is
     # no longer shown, but the clock still goes by the store's, a little behind for drift,
     # never by the host's (320 s ahead by now)
-    elapsed.now = 100.002 + FRESH_SECONDS + 1
+    elapsed.value = 100.002 + FRESH_SECONDS + 1
     assert clock.estimate() is None and clock.offset() is None
     held = clock.now().timestamp()
-    assert held <= SERVER + elapsed.now and held > SERVER + elapsed.now - 0.01
+    assert held <= SERVER + elapsed.value and held > SERVER + elapsed.value - 0.01
     # past HOLD_SECONDS without a sample: the host's clock, as before
-    elapsed.now = 100.002 + HOLD_SECONDS + 1
+    elapsed.value = 100.002 + HOLD_SECONDS + 1
     assert clock.now() == host.now()
 
 

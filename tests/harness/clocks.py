@@ -1,4 +1,6 @@
-"""``OffsetClock``: the system clock plus an offset a test can step, for clock-jump faults.
+"""Clocks a test moves: ``OffsetClock`` for wall time, ``ManualElapsed`` for elapsed time.
+
+``OffsetClock`` is the system clock plus an offset a test can step, for clock-jump faults.
 
 A replica process (:mod:`.replica`) takes it as its provider's ``clock`` so that a test can
 step that replica's time forward or back by minutes (an NTP step, a host whose clock was
@@ -8,6 +10,10 @@ Sleepers re-evaluate their instant at once when the offset changes: a forward st
 every instant it passed due immediately, the adversarial reading of a step (a timer on the
 real-time clock fires at once on a forward step; the provider's own ``SystemClock`` notices
 it at its next wake-up, within a minute). A backward step makes sleepers wait longer.
+
+``ManualElapsed`` stands in for ``time.monotonic`` where the provider takes an ``elapsed``
+callable (leases, presence, the server clock's estimate): those judge time on elapsed
+seconds, never by comparing wall clocks, so a test moves it by hand to cross a bound exactly.
 """
 
 from __future__ import annotations
@@ -15,6 +21,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from datetime import UTC, datetime, timedelta
+
+
+class ManualElapsed:
+    """Elapsed seconds that move only when the test moves them (``elapsed.value += 2.9``)."""
+
+    def __init__(self, start: float = 100.0) -> None:
+        self.value = start
+
+    def __call__(self) -> float:
+        return self.value
 
 
 class OffsetClock:
