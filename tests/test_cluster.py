@@ -32,7 +32,7 @@ from nats_scheduler.seam import (
 )
 from nats_scheduler.testing.handler import RecordingRunHandler
 from tests.harness.cluster import NatsCluster
-from tests.harness.servers import connect_fast, unique_prefix
+from tests.harness.servers import stream_info, stream_leader, unique_prefix
 from tests.providers import assert_clean, eventually, running
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -57,22 +57,8 @@ def schedule(version: int = 1) -> Schedule:
     return Schedule("burst", "burst", "*/5 * 29 2 *", "UTC", True, RunPayload("t", "p"), version)
 
 
-async def leader_of(cluster: NatsCluster, stream: str) -> int:
-    nc = await connect_fast(cluster.urls)
-    try:
-        info = await nc.jetstream().stream_info(stream)
-    finally:
-        await nc.close()
-    assert info.cluster is not None and info.cluster.leader
-    return cluster.node_by_name(info.cluster.leader)
-
-
 async def replicas_current(cluster: NatsCluster, stream: str) -> bool:
-    nc = await connect_fast(cluster.urls)
-    try:
-        info = await nc.jetstream().stream_info(stream)
-    finally:
-        await nc.close()
+    info = await stream_info(cluster.urls, stream)
     peers = (info.cluster.replicas or []) if info.cluster else []
     return len(peers) == 2 and all(p.current and not p.offline for p in peers)
 
@@ -110,7 +96,7 @@ async def test_killing_the_runs_leader_during_a_burst_loses_and_duplicates_nothi
         first = await stack.enter_async_context(
             running(nats_cluster.urls, prefix, handler, **CLUSTERED))
         await first.apply(schedule())
-        victim = await leader_of(nats_cluster, f"{prefix}_RUNS")
+        victim = await stream_leader(nats_cluster, f"{prefix}_RUNS")
         # The second provider knows ONLY the node that is about to die: it must find the
         # others by itself (servers a cluster announces to its clients).
         second = await stack.enter_async_context(

@@ -38,7 +38,7 @@ from tests.harness.scenario import (
     wait_projections,
     without,
 )
-from tests.harness.servers import connect_fast, unique_prefix
+from tests.harness.servers import stream_leader, unique_prefix
 from tests.harness.shared_handler import SqliteRunHandler
 from tests.providers import eventually, running
 
@@ -49,16 +49,6 @@ CLUSTERED: dict[str, object] = {**FAST_REPLICA, "replicas": 3, "store_retry_seco
 # when a leader dies; callers retry for 10 s) plus one lease, after which a holder that could
 # not renew is rightly taken over.
 HEAL_SETTLE = 10.0 + LEASE
-
-
-async def leader_of(cluster: NatsCluster, stream: str) -> int:
-    nc = await connect_fast(cluster.urls)
-    try:
-        info = await nc.jetstream().stream_info(stream)
-    finally:
-        await nc.close()
-    assert info.cluster is not None and info.cluster.leader
-    return cluster.node_by_name(info.cluster.leader)
 
 
 # ----------------------------------------------------------------------------- races (10164)
@@ -129,7 +119,7 @@ async def test_runs_leader_killed_during_a_burst_loses_and_doubles_nothing(
     burst = Burst("burst")
     task = asyncio.create_task(burst.waves(spawned, far_dues(24), per_wave=4))
     await eventually(lambda: len(burst.expected) >= 8, timeout=30)
-    victim = await leader_of(nats_cluster, f"{replicas.prefix}_RUNS")
+    victim = await stream_leader(nats_cluster, f"{replicas.prefix}_RUNS")
     killed_at = datetime.now(UTC)
     await asyncio.to_thread(nats_cluster.kill, victim)
     await asyncio.wait_for(task, 120)

@@ -22,7 +22,7 @@ from nats_scheduler.seam import RunState
 
 from .checking import check_store, read_history
 from .replicas import ReplicaError, ReplicaProcess
-from .servers import connect_fast
+from .servers import stream_info
 from .shared_handler import SqliteRunHandler
 
 __all__ = ["FAR", "FAST_REPLICA", "Burst", "assert_clean_store", "schedule",
@@ -136,11 +136,7 @@ def without(windows: Iterable[Window], start: datetime, end: datetime) -> list[W
 
 async def _stream_view(url: str, stream: str) -> tuple[int, str | None, bool]:
     """(last sequence, leader, every replica current) as the server at ``url`` answers."""
-    nc = await connect_fast(url)
-    try:
-        info = await nc.jetstream(timeout=5.0).stream_info(stream)
-    finally:
-        await nc.close()
+    info = await stream_info(url, stream)
     cluster = info.cluster
     peers = (cluster.replicas or []) if cluster is not None else []
     current = all(p.current and not p.offline for p in peers)

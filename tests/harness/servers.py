@@ -2,6 +2,8 @@
 
 * :func:`connect_fast` connects without nats-py's default first-connect retries (about two
   minutes), so a test against a dead server fails in well under a second.
+* :func:`stream_info` and :func:`stream_leader` read a stream's state, its leader and peers
+  as the server answers now, on a connection of their own (a cluster test's question).
 * :func:`unique_prefix` gives each test its own namespace on a shared server
   (a valid ``ASTRABOX_NATS_PREFIX``), which is what lets the suite share one server.
 * :func:`testcontainers_nats` is the opt-in Docker path (``NATS_TESTCONTAINERS=1``); with
@@ -18,6 +20,7 @@ from typing import Any
 
 import nats
 from nats.aio.client import Client
+from nats.js.api import StreamInfo
 
 from nats_scheduler.natsserver.process import NatsServer, find_nats_server, free_port
 
@@ -30,6 +33,8 @@ __all__ = [
     "connect_fast",
     "find_nats_server",
     "free_port",
+    "stream_info",
+    "stream_leader",
     "testcontainers_nats",
     "testcontainers_requested",
     "unique_prefix",
@@ -56,6 +61,26 @@ async def connect_fast(url: str | list[str], **kw: Any) -> Client:
     servers = [u.strip() for u in url.split(",")] if isinstance(url, str) else list(url)
     options = {**FAST_CONNECT, **kw}
     return await nats.connect(servers=servers, **options)
+
+
+async def stream_info(url: str | list[str], stream: str) -> StreamInfo:
+    """``stream``'s info as the server(s) at ``url`` answer now.
+
+    On a connection of its own, closed before returning: a test asks this while nodes die
+    and come back, so no connection of the test's may be left behind on a dead node.
+    """
+    nc = await connect_fast(url)
+    try:
+        return await nc.jetstream(timeout=5.0).stream_info(stream)
+    finally:
+        await nc.close()
+
+
+async def stream_leader(cluster: NatsCluster, stream: str) -> int:
+    """The index (in ``cluster.nodes``) of the node that leads ``stream`` now."""
+    info = await stream_info(cluster.urls, stream)
+    assert info.cluster is not None and info.cluster.leader
+    return cluster.node_by_name(info.cluster.leader)
 
 
 def unique_prefix() -> str:
