@@ -31,7 +31,7 @@ from nats_scheduler.seam import RunPayload, Schedule
 from nats_scheduler.testing.handler import RecordingRunHandler
 from tests.harness.history import StoredEvent, run_history
 from tests.harness.replicas import ReplicaProcess, ReplicaSet
-from tests.harness.scenario import LEASE
+from tests.harness.scenario import LEASE, steered_pair
 from tests.harness.servers import connect_fast, unique_prefix
 from tests.harness.shared_handler import CallRecord, SqliteRunHandler
 from tests.providers import eventually, running
@@ -206,10 +206,8 @@ async def _takeover_after_kill(
 
     Returns (run_id, its history, seconds from the kill to the Run being dispatched).
     """
-    a, b = await replicas.spawn("a", "b")
     deployment = f"kill-{rule}"
-    await a.send("apply", schedule=schedule(deployment))
-    handler.set_rule(deployment, rule)
+    a, b = await steered_pair(replicas, handler, schedule(deployment), rule)
     run_id = await fire_one(a, deployment, FAR.replace(hour=3))
     (hang,) = await eventually(lambda: hangs(handler, run_id), timeout=15)
     holder = by_identity([a, b], hang.process)
@@ -259,9 +257,7 @@ async def test_holder_killed_before_start_session_returned_is_taken_over(
 async def test_paused_holder_writes_nothing_after_its_lease_was_taken_over(
     replicas: ReplicaSet, handler: SqliteRunHandler,
 ) -> None:
-    a, b = await replicas.spawn("a", "b")
-    await a.send("apply", schedule=schedule("pause"))
-    handler.set_rule("pause", "hang_admit")
+    a, b = await steered_pair(replicas, handler, schedule("pause"), "hang_admit")
     run_id = await fire_one(a, "pause", FAR.replace(hour=3))
     (hang,) = await eventually(lambda: hangs(handler, run_id), timeout=15)
     holder = by_identity([a, b], hang.process)
@@ -292,9 +288,7 @@ async def test_paused_holder_writes_nothing_after_its_lease_was_taken_over(
 async def test_restarted_replica_resumes_its_own_and_others_leftovers_once(
     replicas: ReplicaSet, handler: SqliteRunHandler,
 ) -> None:
-    a, b = await replicas.spawn("a", "b")
-    await a.send("apply", schedule=schedule("left"))
-    handler.set_rule("left", "hang_admit")
+    a, b = await steered_pair(replicas, handler, schedule("left"), "hang_admit")
     made = await asyncio.gather(*(
         r.send("enqueue", deployment="left", request_id=f"{r.identity}{i}")
         for r in (a, b) for i in range(3)))

@@ -30,13 +30,11 @@ from tests.harness.scenario import (
     FAST_REPLICA,
     LEASE,
     Burst,
+    assert_clean_after_fault,
     assert_clean_store,
     far_dues,
     schedule,
-    wait_all_finished,
     wait_converged,
-    wait_projections,
-    without,
 )
 from tests.harness.servers import stream_leader, unique_prefix
 from tests.harness.shared_handler import SqliteRunHandler
@@ -129,12 +127,9 @@ async def test_runs_leader_killed_during_a_burst_loses_and_doubles_nothing(
     assert burst.errors == [], burst.errors[:3]  # a quorum remained: nothing may fail
     assert len(burst.expected) == 24 and len(burst.enqueued) == 6
     await wait_converged(nats_cluster.url_list, replicas.prefix)
-    await wait_all_finished(nats_cluster.urls, replicas.prefix)
-    await wait_projections(spawned, nats_cluster.urls, replicas.prefix)
     # replicas whose server died could not renew leases until they reconnected elsewhere
-    windows = without(replicas.windows(), killed_at, settled_at)
-    await assert_clean_store(nats_cluster.urls, replicas.prefix, handler=handler,
-                             windows=windows, expected=burst.expected)
+    await assert_clean_after_fault(replicas, handler, fault=(killed_at, settled_at),
+                                   expected=burst.expected)
 
 
 # ----------------------------------------------------------------------------- partition
@@ -178,13 +173,10 @@ async def test_a_node_partitioned_and_healed_loses_and_doubles_nothing(
         assert burst.errors == [], burst.errors[:3]
         assert len(burst.expected) == 24 and len(burst.enqueued) == 6
         await wait_converged(cluster.url_list, rs.prefix)
-        await wait_all_finished(cluster.urls, rs.prefix)
-        await wait_projections(replicas, cluster.urls, rs.prefix)
         # replicas on the cut-off node could not renew leases until they failed over; and
         # the heal itself may stall the store for an election (the rejoining node's groups
         # re-elect: every holder's renewals wait, wherever it is connected), so the fault
         # lasts until HEAL_SETTLE after the heal
         settled_at = healed_at + timedelta(seconds=HEAL_SETTLE)
-        await assert_clean_store(cluster.urls, rs.prefix, handler=handler,
-                                 windows=without(rs.windows(), cut_at, settled_at),
-                                 expected=burst.expected)
+        await assert_clean_after_fault(rs, handler, fault=(cut_at, settled_at),
+                                       expected=burst.expected)

@@ -21,6 +21,7 @@ from tests.harness.scenario import (
     LEASE,
     assert_clean_store,
     schedule,
+    steered_pair,
     wait_all_finished,
     wait_projections,
 )
@@ -96,9 +97,7 @@ async def test_misbehaving_handlers_end_every_run_within_its_budget(
 async def test_a_stalled_event_loop_loses_its_runs_and_writes_nothing_after(
     replicas: ReplicaSet, handler: SqliteRunHandler,
 ) -> None:
-    a, b = await replicas.spawn("a", "b")
-    await a.send("apply", schedule=schedule("stall"))
-    handler.set_rule("stall", "hang_admit")
+    a, b = await steered_pair(replicas, handler, schedule("stall"), "hang_admit")
     run_ids = [(await a.send("enqueue", deployment="stall", request_id=f"s{i}"))["run"]["run_id"]
                for i in range(3)]
     await eventually(lambda: {c.run_id for c in handler.calls() if c.outcome == "hang"}

@@ -23,12 +23,9 @@ from tests.harness.replicas import ReplicaSet
 from tests.harness.scenario import (
     LEASE,
     Burst,
-    assert_clean_store,
+    assert_clean_after_fault,
     far_dues,
     schedule,
-    wait_all_finished,
-    wait_projections,
-    without,
 )
 from tests.harness.shared_handler import SqliteRunHandler
 from tests.providers import eventually
@@ -67,11 +64,8 @@ async def test_server_killed_and_restarted_mid_burst_loses_and_doubles_nothing(
 
     assert burst.errors == [], burst.errors[:3]
     assert len(burst.expected) == 24 and len(burst.enqueued) == 6
-    await wait_all_finished(server.url, replicas.prefix)
-    await wait_projections([a, b], server.url, replicas.prefix)
-    await assert_clean_store(server.url, replicas.prefix, handler=handler,
-                             windows=without(replicas.windows(), killed_at, settled_at),
-                             expected=burst.expected)
+    await assert_clean_after_fault(replicas, handler, fault=(killed_at, settled_at),
+                                   expected=burst.expected)
 
 
 async def test_server_frozen_across_a_due_time_fires_it_once_when_it_wakes(
@@ -97,8 +91,5 @@ async def test_server_frozen_across_a_due_time_fires_it_once_when_it_wakes(
     assert burst.errors == [], burst.errors[:3]
     assert {due for _, due in burst.expected} == set(dues)
     assert len(burst.enqueued) == 1  # one request ID, two replicas: one Run
-    await wait_all_finished(server.url, replicas.prefix)
-    await wait_projections([a, b], server.url, replicas.prefix)
-    await assert_clean_store(server.url, replicas.prefix, handler=handler,
-                             windows=without(replicas.windows(), frozen_at, thawed_at),
-                             expected=burst.expected)
+    await assert_clean_after_fault(replicas, handler, fault=(frozen_at, thawed_at),
+                                   expected=burst.expected)

@@ -3,7 +3,8 @@
 Settings that keep leases, retries and drains short; a Schedule as the replicas' JSON; firing
 and Run-now bursts driven through replica processes, remembering what each replica was told
 (the due times fired and acknowledged, the Runs enqueued); waiting until every stored Run is
-finished; and the closing assertion of every scenario: the invariant checker finds nothing.
+finished; and the closing assertion of every scenario: the invariant checker finds nothing
+(``assert_clean_after_fault`` once the store and the replicas have settled after a fault).
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ from nats_scheduler.names import Names
 from nats_scheduler.seam import RunState
 
 from .checking import check_store, read_history
-from .replicas import ReplicaError, ReplicaProcess
+from .replicas import ReplicaError, ReplicaProcess, ReplicaSet
 from .servers import stream_info
 from .shared_handler import SqliteRunHandler
 
-__all__ = ["FAR", "FAST_REPLICA", "Burst", "assert_clean_store", "schedule",
-           "unfinished_runs", "wait_all_finished", "wait_converged", "wait_projections",
-           "without"]
+__all__ = ["FAR", "FAST_REPLICA", "Burst", "assert_clean_after_fault", "assert_clean_store",
+           "schedule", "steered_pair", "unfinished_runs", "wait_all_finished", "wait_converged",
+           "wait_projections", "without"]
 
 LEASE = 2.0
 """Lease of the scenarios' replicas: short, so takeovers are quick."""
@@ -114,6 +115,18 @@ class Burst:
             wave = dues[n:n + per_wave]
             await asyncio.gather(*(self.fire(r, wave) for r in replicas),
                                  *(self.enqueue(r, f"{tag}-{n}") for r in replicas))
+
+
+async def steered_pair(
+    replicas: ReplicaSet, handler: SqliteRunHandler, schedule: dict[str, Any], rule: str,
+) -> tuple[ReplicaProcess, ReplicaProcess]:
+    """Replicas ``a`` and ``b``, ``schedule`` applied through ``a``, and every handler call
+    for its deployment steered by ``rule`` (``hang_admit``: each Run held at its turn until
+    the test lifts the rule): the start of every takeover scenario."""
+    a, b = await replicas.spawn("a", "b")
+    await a.send("apply", schedule=schedule)
+    handler.set_rule(schedule["deployment_id"], rule)
+    return a, b
 
 
 def without(windows: Iterable[Window], start: datetime, end: datetime) -> list[Window]:
@@ -239,3 +252,21 @@ async def assert_clean_store(url: str, prefix: str, *, handler: SqliteRunHandler
                                margin=margin, ticker_only=expected is None)
     assert report.ok, report.text()
     return report
+
+
+async def assert_clean_after_fault(replicas: ReplicaSet, handler: SqliteRunHandler, *,
+                                   fault: tuple[datetime, datetime],
+                                   expected: Iterable[tuple[str, datetime]]) -> Report:
+    """A fault scenario's closing assertion, once the store and the replicas have settled.
+
+    Waits until every stored Run is finished and every running replica's projections applied
+    every stored event (they must never stall), then the checker must find nothing, with
+    ``fault`` (its start and the instant it stopped mattering) cut out of the replicas'
+    liveness windows: a holder the fault cut off from the store could not renew its lease,
+    so a takeover then is no theft (:func:`without`).
+    """
+    await wait_all_finished(replicas.url, replicas.prefix)
+    await wait_projections(replicas.replicas, replicas.url, replicas.prefix)
+    return await assert_clean_store(replicas.url, replicas.prefix, handler=handler,
+                                    windows=without(replicas.windows(), *fault),
+                                    expected=expected)
