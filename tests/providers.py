@@ -1,10 +1,13 @@
-"""Helpers to run real provider instances against a real server in tests."""
+"""Helpers to run real provider instances against a real server in tests: in this process
+(``running``) or as child processes a test starts and ``reaped`` ends."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import subprocess
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 from nats_scheduler import NatsSchedulerProvider, NatsSettings
 from nats_scheduler.clock import Clock
@@ -69,6 +72,20 @@ async def running(
         yield provider
     finally:
         await provider.stop()
+
+
+@contextlib.contextmanager
+def reaped() -> Iterator[list[subprocess.Popen[Any]]]:
+    """A list for the child processes a test starts; each still running when the block ends
+    (the test failed half-way) is killed by its own PID and reaped: none outlives its test."""
+    started: list[subprocess.Popen[Any]] = []
+    try:
+        yield started
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
 
 
 def assert_clean(message: str, *, echoed: str = "") -> None:

@@ -21,6 +21,7 @@ import pytest
 
 from nats_scheduler.cli.main import main
 from nats_scheduler.natsserver.process import free_ports
+from tests.providers import reaped
 
 
 def _pid_gone(pid: int) -> bool:
@@ -71,14 +72,8 @@ class Output:
 @pytest.fixture
 def process_guard() -> Iterator[list[subprocess.Popen[str]]]:
     """Processes a test started; killed (by PID) if the test left them running."""
-    started: list[subprocess.Popen[str]] = []
-    try:
+    with reaped() as started:
         yield started
-    finally:
-        for proc in started:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=10)
 
 
 def test_demo_dispatches_runs_and_stops_everything_on_sigterm(

@@ -33,7 +33,7 @@ from nats_scheduler.devhost.cli import main as devhost
 from nats_scheduler.devhost.handler import count_calls, read_sessions
 from nats_scheduler.seam import RunState, Trigger
 from tests.harness.servers import connect_fast, unique_prefix
-from tests.providers import eventually
+from tests.providers import eventually, reaped
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -45,8 +45,7 @@ def replicas(db: Path, url: str, prefix: str, logs: Path) -> Iterator[list[subpr
     env = {**os.environ, "ASTRABOX_SCHEDULER_PROVIDER": "nats", "ASTRABOX_NATS_URL": url,
            "ASTRABOX_NATS_PREFIX": prefix, "ASTRABOX_NATS_LEASE_SECONDS": "2",
            "ASTRABOX_NATS_DRAIN_SECONDS": "2"}
-    procs = []
-    try:
+    with reaped() as procs:
         for identity in REPLICAS:
             with open(logs / f"{identity}.log", "wb") as log:
                 procs.append(subprocess.Popen(
@@ -55,11 +54,6 @@ def replicas(db: Path, url: str, prefix: str, logs: Path) -> Iterator[list[subpr
                      "--exit-with-parent", str(os.getpid())],
                     env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
         yield procs
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=10)
 
 
 @contextlib.asynccontextmanager
