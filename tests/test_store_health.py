@@ -36,6 +36,18 @@ async def served(client: AdminClient) -> StoreHealth:
     return await eventually(by_service, timeout=10)
 
 
+async def served_by_a_provider(client: AdminClient, url: str, prefix: str,
+                               **settings: object) -> StoreHealth:
+    """The store health as the admin service of a provider started with ``settings``
+    answers it; the service and the provider are stopped afterwards."""
+    async with running(url, prefix, **settings) as provider:
+        service = await start_admin_service(provider)
+        try:
+            return await served(client)
+        finally:
+            await service.stop()
+
+
 def test_retention_of_reads_the_limits_nats_reports() -> None:
     assert retention_of(StreamConfig(max_age=7.5 * 86_400, max_msgs_per_subject=250)) == \
         Retention(days=7.5, runs=250)
@@ -50,19 +62,11 @@ async def test_service_and_store_report_the_retention_of_the_index_stream(nats_u
     nc = await connect_fast(nats_url)
     client = AdminClient(nc, prefix, timeout=5.0)
     try:
-        async with running(nats_url, prefix, retention_days=7.5, retention_runs=250) as provider:
-            service = await start_admin_service(provider)
-            try:
-                first = await served(client)
-            finally:
-                await service.stop()
+        first = await served_by_a_provider(client, nats_url, prefix, retention_days=7.5,
+                                           retention_runs=250)
         # A provider with other settings updates the index: what is shown follows the server.
-        async with running(nats_url, prefix, retention_days=30.0, retention_runs=40) as provider:
-            service = await start_admin_service(provider)
-            try:
-                second = await served(client)
-            finally:
-                await service.stop()
+        second = await served_by_a_provider(client, nats_url, prefix, retention_days=30.0,
+                                            retention_runs=40)
         fallback = (await client.cluster_status()).store
         assert client.last_source == "store"
     finally:
