@@ -28,15 +28,20 @@ from nats_scheduler.clock import Clock, SystemClock
 from nats_scheduler.core import events as ev
 
 from .commands import ConsoleCommands
-from .messages import BackendEvent, LinkRestored
+from .event_tail import TAIL_LIMIT
+from .messages import BackendEvents, FeedItem, LinkRestored
 from .screens.cluster import ClusterScreen
 from .screens.connect import Connector, ConnectScreen
-from .screens.events import TAIL_LIMIT, EventsScreen
+from .screens.events import EventsScreen
 from .screens.schedules import SchedulesScreen
 
 CHECKING_PERMISSION = "checking what this user may do…"
 FEED_RETRY_MAX = 5.0
 """Longest wait between two attempts to re-open the live feed (seconds)."""
+FEED_BATCH = 0.05
+"""How long live events are gathered before they go to the screens as one batch (seconds):
+short enough to look instant, long enough that a herd of 500 events a second costs each
+screen 20 messages a second, not 500."""
 
 
 class AstraboxConsole(App[None]):
@@ -44,7 +49,8 @@ class AstraboxConsole(App[None]):
 
     ``clock`` is what relative times are computed from (tests freeze it); ``can_act``
     overrides the backend's answer to ``can_act()``; ``debounce`` is how long live events
-    are coalesced before a screen reloads.
+    are coalesced before a screen reloads; ``feed_batch`` how long they are gathered before
+    the screens get them (one message per screen per batch).
     """
 
     CSS_PATH = "console.tcss"
@@ -80,6 +86,7 @@ class AstraboxConsole(App[None]):
         debounce: float = 0.15,
         health_debounce: float = 0.5,
         retry_seconds: float = 3.0,
+        feed_batch: float = FEED_BATCH,
     ) -> None:
         super().__init__()
         if backend is None and connector is None:
@@ -93,10 +100,12 @@ class AstraboxConsole(App[None]):
         self.debounce = debounce
         self.health_debounce = health_debounce
         self.retry_seconds = retry_seconds
+        self.feed_batch = feed_batch
         self._can_act_override = can_act
         self.act_reason = CHECKING_PERMISSION
         self._subscribers: list[Screen[object]] = []
-        self._events: deque[tuple[int, object]] = deque(maxlen=TAIL_LIMIT)
+        self._events: deque[FeedItem] = deque(maxlen=TAIL_LIMIT)
+        self._batch: list[FeedItem] = []
         self._seq = 0
         self._health_pending = False
 
@@ -162,7 +171,7 @@ class AstraboxConsole(App[None]):
         if screen in self._subscribers:
             self._subscribers.remove(screen)
 
-    def recent_events(self) -> list[tuple[int, object]]:
+    def recent_events(self) -> list[FeedItem]:
         return list(self._events)
 
     @work(group="feed", exclusive=True, exit_on_error=False)
@@ -193,11 +202,22 @@ class AstraboxConsole(App[None]):
             delay = min(delay * 2, FEED_RETRY_MAX)
 
     def _deliver(self, event: object) -> None:
+        """Number the event and gather it; the first of a batch starts the batch's timer."""
         self._seq += 1
-        self._events.append((self._seq, event))
+        item = (self._seq, event)
+        self._events.append(item)
+        self._batch.append(item)
+        if len(self._batch) == 1:
+            self.set_timer(self.feed_batch, self._send_batch, name="feed-batch")
+
+    def _send_batch(self) -> None:
+        """One message per screen for everything gathered since the batch began."""
+        batch, self._batch = self._batch, []
+        if not batch:
+            return
         for screen in list(self._subscribers):
-            screen.post_message(BackendEvent(event, self._seq))
-        if isinstance(event, (ev.RunEvent, ev.ScheduleEvent)):
+            screen.post_message(BackendEvents(batch))
+        if any(isinstance(event, (ev.RunEvent, ev.ScheduleEvent)) for _, event in batch):
             self.refresh_health()
 
     def _link_up(self, health: Health) -> None:

@@ -13,6 +13,8 @@ from textual.screen import Screen
 from nats_scheduler.admin.api import AdminBackend, Health
 from nats_scheduler.clock import Clock
 
+from .messages import FeedItem
+
 
 class ConsoleContext(Protocol):
     """The running console: backend, identity, permission, clock, live feed."""
@@ -31,7 +33,7 @@ class ConsoleContext(Protocol):
 
     def unsubscribe(self, screen: Screen[object]) -> None: ...
 
-    def recent_events(self) -> list[tuple[int, object]]:
+    def recent_events(self) -> list[FeedItem]:
         """The events received so far (bounded) with their running numbers, oldest first."""
 
     def report_trouble(self, text: str) -> None:

@@ -6,6 +6,7 @@ forwards to screens do not bubble (they would come straight back to the app).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from textual.message import Message
@@ -20,15 +21,23 @@ from nats_scheduler.admin.api import (
     ScheduleView,
 )
 
+FeedItem = tuple[int, object]
+"""An event of the live feed with the console's own running number (rows of the tail are
+keyed by it)."""
 
-class BackendEvent(Message, bubble=False):
-    """One event of the live feed (``AdminBackend.events``), forwarded to every live screen."""
 
-    def __init__(self, event: object, seq: int) -> None:
+class BackendEvents(Message, bubble=False):
+    """A batch of the live feed (``AdminBackend.events``), forwarded to every live screen.
+
+    Why batches: under a herd the feed brings hundreds of events a second; one message per
+    event per screen kept every screen's message queue busy. The app gathers what arrived
+    in a short interval and posts it once to each screen, which folds it in at once.
+    """
+
+    def __init__(self, events: Sequence[FeedItem]) -> None:
         super().__init__()
-        self.event = event
-        self.seq = seq
-        """The console's own running number of the event (rows of the tail are keyed by it)."""
+        self.events = events
+        """Oldest first; the same list is shared by every screen: read it, do not change it."""
 
 
 class LinkRestored(Message, bubble=False):

@@ -86,6 +86,9 @@ class ScheduleModel:
         """The filter text of each ID of ``_order``, in that order (a filter's one pass)."""
         self._rows: tuple[str, list[str]] | None = None
         """The last answer of :meth:`rows`: (needle, IDs), valid until the order changes."""
+        self.counted_until: datetime | None = None
+        """Failures up to this instant are in the loaded counts (the list's load began
+        then): the feed's replay of older events must not count them again."""
 
     # ------------------------------------------------------------------ reads
 
@@ -174,32 +177,37 @@ class ScheduleModel:
         """An action's answer: shown as is (it is the newest word on this Schedule)."""
         self._put(view)
 
-    def schedule_record(self, record: ScheduleRecord, now: datetime) -> None:
-        """A ``schedule.*`` event: its record is the Schedule's state after it."""
+    def schedule_record(self, record: ScheduleRecord, now: datetime) -> bool:
+        """A ``schedule.*`` event: its record is the Schedule's state after it. Returns
+        whether the Schedule's row changed."""
         old = self._views.get(record.deployment_id)
         if old is None:
             self._put(view_of(record, now))
-        elif record.updated_at > old.updated_at:
-            merged = merge_schedule(old, record)
-            if (merged.cron, merged.timezone, merged.state) != (old.cron, old.timezone,
-                                                                 old.state):
-                merged = msgspec.structs.replace(
-                    merged, next_due=view_of(record, now).next_due)
-            self._put(merged)
+            return True
+        if record.updated_at <= old.updated_at:
+            return False
+        merged = merge_schedule(old, record)
+        if (merged.cron, merged.timezone, merged.state) != (old.cron, old.timezone, old.state):
+            merged = msgspec.structs.replace(merged, next_due=view_of(record, now).next_due)
+        self._put(merged)
+        return True
 
-    def run_record(self, run: RunRecord, *, failed: bool) -> None:
-        """A ``run.*`` event: the Schedule's last Run (and failures) without a reload."""
+    def run_record(self, run: RunRecord, *, failed: bool) -> bool:
+        """A ``run.*`` event: the Schedule's last Run (and failures) without a reload.
+        Returns whether the Schedule's row changed."""
         old = self._views.get(run.deployment_id)
         if old is None:
-            return
+            return False
         changes: dict[str, object] = {}
         newer = old.last_run_at is None or run.created_at >= old.last_run_at
         if newer and (old.last_run_state, old.last_run_at) != (run.state, run.created_at):
             changes.update(last_run_state=run.state, last_run_at=run.created_at)
-        if failed and run.state == RunState.FAILED:
+        if failed and run.state == RunState.FAILED and (
+                self.counted_until is None or run.updated_at > self.counted_until):
             changes["failures_24h"] = old.failures_24h + 1
         if changes:
             self._put(msgspec.structs.replace(old, **changes))
+        return bool(changes)
 
     def _put(self, view: ScheduleView) -> None:
         dep = view.deployment_id

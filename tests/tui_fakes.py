@@ -431,6 +431,20 @@ class FakeBackend:
 
     # ------------------------------------------------------------------ provider stand-in
 
+    def publish_burst(self, count: int, deployment_id: str = "dep-hourly-sync") -> list[str]:
+        """Push ``count`` new Runs' ``run.created`` at once, as a herd reaches the feed (the
+        reads do not change: only the feed sees them). Returns their Run IDs, oldest first."""
+        template = self._runs_of(deployment_id)[0]
+        ids = []
+        for i in range(count):
+            stamp = self._stamp()
+            run = msgspec.structs.replace(
+                template, run_id=f"mburst{i:06d}herd", created_at=stamp, updated_at=stamp,
+                state=RunState.PENDING, attempts=0, trigger=Trigger.RUN_NOW, due_at=None)
+            self.publish(ev.RunCreated(at=stamp, actor=REPLICA_A, run=run))
+            ids.append(run.run_id)
+        return ids
+
     def advance_run(self, run_id: str, state: RunState, *, error: str | None = None) -> None:
         """Move a Run on like a provider would, and push the event."""
         run = self.runs[run_id]

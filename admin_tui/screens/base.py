@@ -1,11 +1,17 @@
 """What every console screen shares: top bar, live feed, coalesced reloads, repaint tick,
 permission-aware action keys, and error reporting for workers.
+
+A screen the operator does not see does no widget work: with Textual's modes every view
+visited once stays mounted, and under a herd of events each of them redrawing what nobody
+looks at made the one shown sluggish. A hidden screen keeps its data current (what
+``absorb`` folds in is cheap) and catches up once when it is shown again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
-from typing import Any, TypeVar, cast
+import time
+from collections.abc import Awaitable, Sequence
+from typing import Any, ClassVar, TypeVar, cast
 
 from textual import events
 from textual.binding import Binding
@@ -14,7 +20,7 @@ from textual.screen import Screen
 from nats_scheduler.admin.api import AdminError, ErrorCode
 
 from ..context import ConsoleContext
-from ..messages import BackendEvent, LinkRestored, LoadFailed
+from ..messages import BackendEvents, FeedItem, LinkRestored, LoadFailed
 
 T = TypeVar("T")
 
@@ -25,31 +31,49 @@ OPERATOR_ACTIONS = frozenset(
 
 UNAVAILABLE_TEXT = "the scheduler did not answer (connection lost?)"
 
+PAINT = "paint"
+"""What ``absorb`` returns for "repaint right after this batch" (from data it folded in)."""
+
 
 class ConsoleScreen(Screen[None]):
     """Base of the four live screens.
 
-    Live events are *coalesced*: the first event after a quiet period starts a short timer
-    (``debounce``), later events only add to the dirty set, and one reload follows. A burst
-    of a thousand events therefore costs one reload, and none waits longer than the timer.
-    The 1 s tick only re-renders relative times from data already loaded: no I/O.
+    Live events arrive in batches (the app gathers them) and are *coalesced*: the first
+    batch after a quiet period starts a short timer (``debounce``, or what is left of
+    ``min_reload_interval`` since the last reload), later ones only add to the dirty set,
+    and one reload follows. A burst of a thousand events therefore costs one reload. The
+    1 s tick only re-renders relative times from data already loaded: no I/O.
+
+    While the screen is hidden, batches are folded in but nothing is reloaded or drawn; the
+    dirty set waits, and :meth:`catch_up` runs it once when the screen is shown again.
     """
 
+    min_reload_interval: ClassVar[float] = 0.0
+    """Least time between two reloads started by the live feed (seconds)."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._dirty: set[str | None] = set()
         self._flush_pending = False
+        self._reload_all = False
+        """Everything must be reloaded when the screen is shown (the link came back)."""
+        self._reloaded_at = -float("inf")
+        self._shown_before = False
 
     @property
     def console(self) -> ConsoleContext:
         return cast(ConsoleContext, self.app)
 
+    @property
+    def shown(self) -> bool:
+        """On screen: the current screen, or under a dialog only (Textual's ``is_current``)."""
+        return self.is_mounted and self.is_current
+
     # ---------------------------------------------------------------- life cycle
 
     def on_mount(self) -> None:
         self.console.subscribe(self)
-        self.set_interval(1.0, self.repaint, name="repaint")
+        self.set_interval(1.0, self._tick, name="repaint")
         self.reload(None)
 
     def on_unmount(self) -> None:
@@ -57,25 +81,79 @@ class ConsoleScreen(Screen[None]):
 
     # ---------------------------------------------------------------- live feed
 
-    def on_backend_event(self, message: BackendEvent) -> None:
-        keys = self.absorb(message.event)
-        if not keys:
-            return
+    def _tick(self) -> None:
+        if self.shown:
+            self.repaint()
+
+    def on_backend_events(self, message: BackendEvents) -> None:
+        keys = self.absorb_batch(message.events)
+        if PAINT in keys:
+            keys.discard(PAINT)
+            if self.shown:
+                self.repaint()
+        if keys:
+            self.request_reload(keys)
+
+    def request_reload(self, keys: set[str | None]) -> None:
+        """Reload ``keys`` as the live feed does: coalesced, and only while shown."""
         self._dirty |= keys
-        if not self._flush_pending:
-            self._flush_pending = True
-            self.set_timer(self.console.debounce, self._flush, name="coalesce")
+        self._schedule_flush(self.console.debounce)
+
+    def _schedule_flush(self, delay: float) -> None:
+        """Reload what is dirty after ``delay`` (at least ``min_reload_interval`` after the
+        last reload); nothing while hidden: :meth:`catch_up` does it when shown."""
+        if self._flush_pending or not self.shown:
+            return
+        wait = self._reloaded_at + self.min_reload_interval - time.monotonic()
+        delay = max(delay, wait)
+        if delay <= 0:
+            self._flush()
+            return
+        self._flush_pending = True
+        self.set_timer(delay, self._flush, name="coalesce")
 
     def _flush(self) -> None:
-        dirty, self._dirty, self._flush_pending = self._dirty, set(), False
+        self._flush_pending = False
+        if not self.shown or not self._dirty:
+            return  # hidden meanwhile: the dirty set waits for catch_up
+        dirty, self._dirty = self._dirty, set()
+        self._reloaded_at = time.monotonic()
         self.reload(dirty)
 
     def on_link_restored(self, _message: LinkRestored) -> None:
-        self.reload(None)
+        if self.shown:
+            self.reload(None)
+        else:
+            self._reload_all = True
+
+    def on_screen_resume(self) -> None:
+        # The first resume is the first show: mounting loaded everything (and the widgets
+        # may not be mounted yet: an update then would leave their size unchanged).
+        if self._shown_before:
+            self.catch_up()
+        self._shown_before = True
+
+    def catch_up(self) -> None:
+        """Shown again: do once what was left while hidden, then redraw from the data."""
+        if self._reload_all:
+            self._reload_all = False
+            self._dirty = set()
+            self.reload(None)
+        elif self._dirty:
+            self._schedule_flush(0.0)
+        self.repaint()
+
+    def absorb_batch(self, events: Sequence[FeedItem]) -> set[str | None]:
+        """Take in a batch of pushed events (oldest first); what to reload, as :meth:`absorb`."""
+        keys: set[str | None] = set()
+        for _seq, event in events:
+            keys |= self.absorb(event)
+        return keys
 
     def absorb(self, event: object) -> set[str | None]:
         """Take in a pushed event: apply what it carries at once (no I/O) and return which
-        of this screen's data to reload (empty: nothing)."""
+        of this screen's data to reload (empty: nothing; :data:`PAINT`: repaint after the
+        batch). Runs whether or not the screen is shown: no widget work here."""
         return set()
 
     def reload(self, dirty: set[str | None] | None) -> None:

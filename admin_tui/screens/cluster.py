@@ -18,20 +18,30 @@ from ..messages import ClusterLoaded
 from ..widgets.lease_table import LeaseTable
 from ..widgets.replica_summary import ReplicaSummary
 from ..widgets.replica_table import ReplicaTable
+from ..widgets.steady import update_changed
 from ..widgets.store_panel import StorePanel
 from ..widgets.top_bar import TopBar
 from .base import ConsoleScreen
 
 
 class ClusterScreen(ConsoleScreen):
-    """Reloaded when Runs are claimed, dispatched or failed (they move leases), and on g."""
+    """Reloaded when Runs are claimed, dispatched or failed (they move leases), and on g.
+
+    At most once a second from the live feed (a herd moves Runs all the time, and each
+    reload is a round trip to every provider process), never while hidden, and never over a
+    reload still waiting for its answer: under load the answer can take longer than the
+    interval, and a reload cancelling the one before would never show anything.
+    """
 
     AUTO_FOCUS = "#replicas"
+    min_reload_interval = 1.0
     BINDINGS: ClassVar[list[BindingType]] = [Binding("g", "refresh", "Refresh")]
 
     def __init__(self) -> None:
         super().__init__(id="cluster-screen")
         self.status: ClusterStatus | None = None
+        self._loading = False
+        self._again = False
 
     def compose(self) -> ComposeResult:
         yield TopBar("Cluster: processes, leases, store", tab="cluster")
@@ -50,13 +60,27 @@ class ClusterScreen(ConsoleScreen):
         return {None} if isinstance(event, ev.RunEvent) else set()
 
     def reload(self, dirty: set[str | None] | None) -> None:
+        if self._loading:
+            self._again = True  # once more when the answer is in
+            return
+        self._loading = True
         self._load()
 
-    @work(group="load", exclusive=True, exit_on_error=False)
+    @work(group="load", exit_on_error=False)
     async def _load(self) -> None:
-        status = await self.guarded("Loading the cluster", self.console.backend.cluster_status())
-        if status is not None:
-            self.post_message(ClusterLoaded(status))
+        try:
+            status = await self.guarded("Loading the cluster",
+                                        self.console.backend.cluster_status())
+            if status is not None:
+                self.post_message(ClusterLoaded(status))
+        finally:
+            self.call_later(self._loaded)
+
+    def _loaded(self) -> None:
+        self._loading = False
+        if self._again:
+            self._again = False
+            self.request_reload({None})
 
     def on_cluster_loaded(self, message: ClusterLoaded) -> None:
         self.status = message.status
@@ -71,7 +95,7 @@ class ClusterScreen(ConsoleScreen):
         self.query_one(ReplicaSummary).show(self.selected_replica())
         self.query_one(LeaseTable).show(self.status.leases, now)
         flight = ", ".join(self.status.in_flight) or "none"
-        self.query_one("#in-flight", Label).update(f"In-flight Runs: {flight}")
+        update_changed(self.query_one("#in-flight", Label), f"In-flight Runs: {flight}")
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.data_table.id == "replicas":
@@ -86,4 +110,4 @@ class ClusterScreen(ConsoleScreen):
         return by_identity.get(key or "", self.status.replicas[0])
 
     def action_refresh(self) -> None:
-        self._load()
+        self.reload(None)

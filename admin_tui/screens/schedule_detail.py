@@ -21,6 +21,7 @@ from ..widgets.run_summary import RunSummary
 from ..widgets.run_table import RunTable
 from ..widgets.top_bar import TopBar
 from ..widgets.upcoming import UpcomingTable
+from .base import PAINT
 
 PAGE_SIZE = 20
 
@@ -69,8 +70,7 @@ class ScheduleDetailScreen(OperatorActions):
         if isinstance(event, ev.RunEvent) and event.run.deployment_id == self.deployment_id:
             # The event carries the Run's new state: show it now, reload the page after.
             self._pushed_runs[event.run.run_id] = event.run
-            self.repaint()
-            return {"detail", "runs"}
+            return {"detail", "runs", PAINT}
         return set()
 
     def reload(self, dirty: set[str | None] | None) -> None:

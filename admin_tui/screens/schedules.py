@@ -26,6 +26,7 @@ from ..messages import ActionOutcome, BulkTally, SchedulesPage
 from ..schedule_model import SORTS, ScheduleModel, needle_of
 from ..widgets.schedule_summary import ScheduleSummary
 from ..widgets.schedule_table import HealthFlags, ScheduleTable
+from ..widgets.steady import update_changed
 from ..widgets.top_bar import TopBar
 from ..widgets.virtual_table import VirtualTable
 from .schedule_detail import ScheduleDetailScreen
@@ -66,6 +67,8 @@ class SchedulesScreen(OperatorActions):
         """Every page of the latest load arrived."""
         self._load_number = 0
         self._seen: set[str] = set()
+        self._changed: set[str] = set()
+        """Schedules whose rows changed since the last paint (collected while shown)."""
         self._painted = 0.0
         self.first_rows_after: int | None = None
         """How many Schedules were loaded when the table first showed rows."""
@@ -95,26 +98,39 @@ class SchedulesScreen(OperatorActions):
 
     def on_mount(self) -> None:
         self.query_one("#bulk-label", Label).display = False
-        self.watch(self.app, "health", lambda _h: self.repaint(), init=False)
+        self.watch(self.app, "health", self._health_changed, init=False)
+
+    def _health_changed(self, _health: object) -> None:
+        """The flags are read when painting: hidden, the repaint on resume shows them."""
+        if self.shown:
+            self.repaint()
 
     # ------------------------------------------------------------------ data
 
     def absorb(self, event: object) -> set[str | None]:
-        """Fold the event into the model now; a repaint follows (coalesced), no reload."""
+        """Fold the event into the model now; a repaint of the rows it changed follows
+        (coalesced), no reload."""
         if isinstance(event, ev.ScheduleEvent):
-            self.model.schedule_record(event.schedule, self.console.clock.now())
-            return {"rows"}
-        if isinstance(event, ev.RunEvent):
-            self.model.run_record(event.run, failed=isinstance(event, ev.RunFailed))
-            return {"rows"}
-        return set()
+            dep = event.schedule.deployment_id
+            changed = self.model.schedule_record(event.schedule, self.console.clock.now())
+        elif isinstance(event, ev.RunEvent):
+            dep = event.run.deployment_id
+            changed = self.model.run_record(event.run, failed=isinstance(event, ev.RunFailed))
+        else:
+            return set()
+        if not changed:
+            return set()
+        if self.shown:  # hidden, the repaint when shown draws every row anyway
+            self._changed.add(dep)
+        return {"rows"}
 
     def reload(self, dirty: set[str | None] | None) -> None:
         if dirty is not None:
-            self.repaint()
+            self._paint(self._changed)
             return
         if self.loaded:
             self.repaint()
+        self.model.counted_until = self.console.clock.now()
         self._load_number += 1
         self._load(self._load_number)
 
@@ -156,6 +172,8 @@ class SchedulesScreen(OperatorActions):
             self.complete = True
         first_rows = not self.loaded
         self.loaded = True
+        if not self.shown:
+            return  # the model has the page; catch_up paints it when shown
         if first_rows or message.last or time.monotonic() - self._painted > LOADING_REPAINT:
             self.repaint()
         else:
@@ -177,12 +195,18 @@ class SchedulesScreen(OperatorActions):
         return self.model.matching(self.filter_text)
 
     def repaint(self) -> None:
+        self._paint(None)
+
+    def _paint(self, changed: set[str] | None) -> None:
+        """Show the rows; ``changed``: only these Schedules changed since the last paint
+        (None: draw every visible row, e.g. for the relative times)."""
         now = self.console.clock.now()
         flags = HealthFlags.of(self.console.health)
         rows = self.model.rows(self.filter_text)
         if rows and self.first_rows_after is None:
             self.first_rows_after = len(self.model)
-        self.query_one(ScheduleTable).show(self.model, rows, flags, now)
+        self._changed = set()
+        self.query_one(ScheduleTable).show(self.model, rows, flags, now, changed=changed)
         self._label(len(rows))
         self.query_one(ScheduleSummary).show(self.selected_schedule(), flags, now)
         self._painted = time.monotonic()
@@ -190,7 +214,7 @@ class SchedulesScreen(OperatorActions):
     def _label(self, shown: int | None = None) -> None:
         label = self.query_one("#sort-label", Label)
         if not self.loaded:
-            label.update("loading…")
+            update_changed(label, "loading…")
             return
         if shown is None:
             shown = self.query_one(ScheduleTable).row_count
@@ -199,7 +223,7 @@ class SchedulesScreen(OperatorActions):
         arrow = "▼" if self.sort_reverse else "▲"
         count = f"{shown:,} of {total:,}" if self.filter_text else f"{total:,}"
         more = "" if self.complete else f" (loading… {len(self.model):,} loaded)"
-        label.update(f"{count} Schedules{more} · sort: {sort} {arrow}")
+        update_changed(label, f"{count} Schedules{more} · sort: {sort} {arrow}")
 
     def on_virtual_table_cursor_moved(self, _event: VirtualTable.CursorMoved) -> None:
         self.query_one(ScheduleSummary).show(

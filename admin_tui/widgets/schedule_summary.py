@@ -14,6 +14,7 @@ from nats_scheduler.admin.api import ScheduleView
 
 from ..formatting import in_zone, relative, styled, utc
 from .schedule_table import HealthFlags
+from .steady import update_changed
 
 
 def summary_text(s: ScheduleView | None, flags: HealthFlags, now: datetime) -> Text:
@@ -43,4 +44,4 @@ def summary_text(s: ScheduleView | None, flags: HealthFlags, now: datetime) -> T
 
 class ScheduleSummary(Static):
     def show(self, s: ScheduleView | None, flags: HealthFlags, now: datetime) -> None:
-        self.update(summary_text(s, flags, now))
+        update_changed(self, summary_text(s, flags, now))

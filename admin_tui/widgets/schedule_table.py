@@ -96,10 +96,12 @@ class ScheduleTable(VirtualTable):
         self._now: datetime | None = None
 
     def show(self, model: ScheduleModel, rows: list[str], flags: HealthFlags,
-             now: datetime) -> None:
-        """Show ``rows`` (IDs in ``model``) as of ``now``; cells are built when drawn."""
+             now: datetime, *, changed: set[str] | None = None) -> None:
+        """Show ``rows`` (IDs in ``model``) as of ``now``; cells are built when drawn.
+        ``changed``: only these rows changed (None: any may have)."""
+        same_flags = flags == self._flags
         self._model, self._flags, self._now = model, flags, now
-        self.set_rows(rows)
+        self.set_rows(rows, changed=changed if same_flags else None)
 
     def _cells(self, key: str) -> list[Text]:
         view = self._model.get(key) if self._model is not None else None

@@ -122,13 +122,18 @@ class VirtualTable(ScrollView, can_focus=True):
             self._index = {k: i for i, k in enumerate(self._keys)}
         return self._index.get(key)
 
-    def set_rows(self, keys: list[str]) -> None:
+    def set_rows(self, keys: list[str], *, changed: set[str] | None = None) -> None:
         """Show the rows ``keys`` in this order; the cursor stays on its row if still shown.
 
         The list is kept, not copied: the caller hands over a list it will not change.
+        ``changed``: with the same list as before, only these rows are drawn again (under a
+        stream of events most rows on screen did not change).
         """
         selected, before = self.selected_key, self.cursor_row
         same = keys is self._keys
+        if same and changed is not None:
+            self._refresh_keys(changed)
+            return
         self._keys = keys
         if not same:
             self._index = None
@@ -148,6 +153,46 @@ class VirtualTable(ScrollView, can_focus=True):
         self.refresh()
         if self.selected_key != selected:
             self.post_message(self.CursorMoved(self, self.selected_key))
+
+    def append_rows(self, keys: Sequence[str], *, drop: int = 0, follow: bool = False) -> None:
+        """A tail: add ``keys`` at the end and remove the first ``drop`` rows.
+
+        What it costs follows the change, not the table: no row's cells are built (only the
+        rows drawn are), the index is dropped (rebuilt only if a key is looked up), and the
+        rows removed go in one slice. ``follow``: the cursor goes to the newest row;
+        otherwise it stays on its row, at the same height on screen.
+        """
+        if not keys and not drop:
+            return
+        selected = self.selected_key
+        drop = min(drop, len(self._keys))
+        if drop:
+            del self._keys[:drop]
+            self._index = None
+        elif self._index is not None:
+            start = len(self._keys)
+            self._index.update((key, start + i) for i, key in enumerate(keys))
+        self._keys.extend(keys)
+        self.virtual_size = Size(self._width, len(self._keys) + 1)
+        if follow:
+            self.cursor_row = max(len(self._keys) - 1, 0)
+        else:
+            if drop:
+                self.scroll_to(y=max(self.scroll_y - drop, 0), animate=False, immediate=True)
+            self.cursor_row = max(self.cursor_row - drop, 0)
+        self._scroll_to_cursor()
+        self.refresh()
+        if self.selected_key != selected:
+            self.post_message(self.CursorMoved(self, self.selected_key))
+
+    def _refresh_keys(self, keys: set[str]) -> None:
+        """Draw again the rows on screen whose key is in ``keys``."""
+        if not keys:
+            return
+        top = int(self.scroll_y)
+        for index in range(top, min(top + self._page + 1, len(self._keys))):
+            if self._keys[index] in keys:
+                self.refresh_line(index + 1)  # + the header line
 
     def select_key(self, key: str) -> bool:
         """Put the cursor on ``key``; False if no such row."""
