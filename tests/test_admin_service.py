@@ -288,8 +288,11 @@ async def test_health_reports_silent_stops_stuck_and_failed_runs(nats_url: str) 
     async with admin_on(nats_url, unique_prefix(), handler, clock=clock) as ctx:
         assert (await ctx.client.health()).silent_stops == []
         await ctx.provider.apply(daily("minutely", cron="* * * * *", tz="UTC"))
-        await ctx.provider.apply(daily("broken"))
-        await ctx.provider.apply(daily("hung"))
+        # due half a day from now: the hour's jump passes none of their due times, whatever
+        # the time of day the test runs at (only the every-minute Schedule goes silent)
+        far = f"0 {(datetime.now(UTC).hour + 12) % 24} * * *"
+        await ctx.provider.apply(daily("broken", cron=far, tz="UTC"))
+        await ctx.provider.apply(daily("hung", cron=far, tz="UTC"))
         failed = await ctx.client.run_now("broken", by="alice")
         hung = await ctx.client.run_now("hung", by="alice")
         await stuck_gate.wait_until_blocked()
