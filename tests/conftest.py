@@ -54,6 +54,9 @@ def pytest_runtest_makereport(
                 report.sections.append((f"{name} log tail", server.log_tail(60)))
             elif isinstance(server, NatsCluster):
                 report.sections.append((f"{name} log tails", server.log_tails(30)))
+        replicas = funcargs.get("replicas")
+        if isinstance(replicas, ReplicaSet):  # the fixture's own failure print never runs
+            report.sections.append(("replica log tails", replicas.log_tails()))
     return report
 
 
