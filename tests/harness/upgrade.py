@@ -83,8 +83,10 @@ async def live_identities(url: str, prefix: str) -> set[str]:
         await nc.close()
 
 
-def next_boundary(after: datetime, lead: float = 1.0) -> datetime:
-    """The first whole minute at least ``lead`` seconds after ``after``."""
+def next_boundary(after: datetime, lead: float = 3.0) -> datetime:
+    """The first whole minute at least ``lead`` seconds after ``after``: time enough for
+    each replica's presence watch to count the other live (beats every second) and for the
+    one just ready to have planned its Schedules."""
     at = after + timedelta(seconds=lead)
     return at.replace(second=0, microsecond=0) + timedelta(minutes=1)
 
@@ -211,7 +213,7 @@ class _Steps:
         self.handler.set_rule(OPEN, "hang_admit")
         self.open_run_id = (await writer.send("enqueue", deployment=OPEN,
                                               request_id="open"))["run"]["run_id"]
-        await self.holders(lambda holders: holders, "the open Run held at its turn")
+        await self.holders(bool, "the open Run held at its turn")
 
     async def finished(self, replica: ReplicaProcess, run_id: str) -> dict[str, Any] | None:
         run: dict[str, Any] = (await replica.send("get_run", run_id=run_id))["run"]
