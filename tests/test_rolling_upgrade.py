@@ -46,7 +46,10 @@ def test_a_missing_previous_release_fails_saying_so(tmp_path: Path) -> None:
 async def test_a_rolling_upgrade_from_the_previous_release_fires_each_due_time_once(
         nats_url: str, tmp_path: Path, pytestconfig: pytest.Config,
         tmp_path_factory: pytest.TempPathFactory) -> None:
-    cache = (pytestconfig.cache.mkdir("previous-release") if pytestconfig.cache is not None
+    # pytest's cache keeps the build between runs; without it (-p no:cacheprovider) the
+    # previous release is built in this run's temporary directory.
+    pytest_cache = getattr(pytestconfig, "cache", None)
+    cache = (pytest_cache.mkdir("previous-release") if pytest_cache is not None
              else tmp_path_factory.mktemp("previous-release"))
     try:
         release = await asyncio.to_thread(install_release, PREVIOUS_RELEASE, cache)
