@@ -469,8 +469,9 @@ class Replica:
     warmed_s: float
     """From ``start()`` to the warm-up's end (each deployment's newest Run, the last day's
     Runs: the views' summaries); the idle window starts after it."""
-    ready_s: float
-    """From spawning the process to it printing ready (imports and connecting included)."""
+    spawn_to_warmed_s: float
+    """From spawning the process to it printing its first line, which it does once the
+    warm-up has ended (imports, connecting, loading and the warm-up included)."""
     planned: int
     rss_start_mb: float
     rss_ready_mb: float
@@ -502,7 +503,7 @@ async def measure_replica(server: NatsServer, label: str, prefix: str, count: in
     assert proc.stdin is not None and proc.stdout is not None and server.pid is not None
     try:
         ready = json.loads(await asyncio.wait_for(proc.stdout.readline(), START_TIMEOUT))
-        ready_s = time.perf_counter() - spawned
+        spawn_to_warmed_s = time.perf_counter() - spawned
         await asyncio.sleep(SETTLE_SECONDS)
         wall, cpu, server_cpu = time.monotonic(), cpu_seconds(proc.pid), cpu_seconds(server.pid)
         await asyncio.sleep(idle_seconds)
@@ -527,7 +528,8 @@ async def measure_replica(server: NatsServer, label: str, prefix: str, count: in
             proc.kill()  # our own child, by its handle
             await proc.wait()
         raise
-    return Replica(label, ready["start_s"], ready["ready_s"], ready["warmed_s"], ready_s,
+    return Replica(label, ready["start_s"], ready["ready_s"], ready["warmed_s"],
+                   spawn_to_warmed_s,
                    ready["planned"],
                    ready["rss_start_kb"] / 1024, ready["rss_kb"] / 1024, rss, peak, idle,
                    served, fired, pass_["retention_s"], pass_["retention_cpu_s"],
@@ -624,12 +626,12 @@ def report(rows: list[Replica], count: int, idle_seconds: float, replay: float,
     print(f"\nreplicas ({os.cpu_count()} cores, {began:%Y-%m-%d}); idle window "
           f"{idle_seconds:.0f} s after {SETTLE_SECONDS:.0f} s settling, no due time in it")
     print(f"{'replica':<26} {'planned':>8} {'start() s':>9} {'ready s':>8} "
-          f"{'spawn->ready s':>14} {'RSS MB':>7} {'peak MB':>8} {'idle CPU %':>10} "
+          f"{'spawn->warmed s':>15} {'RSS MB':>7} {'peak MB':>8} {'idle CPU %':>10} "
           f"{'server CPU %':>12} {'fired':>6}")
     for r in rows:
         print(f"{r.label:<26} {r.planned:>8,} {r.start_s:>9.2f} {r.loaded_s:>8.2f} "
-              f"{r.ready_s:>14.2f} {r.rss_mb:>7.1f} {r.peak_mb:>8.1f} {r.idle_cpu:>10.2f} "
-              f"{r.server_cpu:>12.2f} {r.fired:>6}")
+              f"{r.spawn_to_warmed_s:>15.2f} {r.rss_mb:>7.1f} {r.peak_mb:>8.1f} "
+              f"{r.idle_cpu:>10.2f} {r.server_cpu:>12.2f} {r.fired:>6}")
     empty, held = rows
     per_schedule = (held.rss_mb - empty.rss_mb) * 1024 * 1024 / max(count, 1)
     print(f"held vs empty: RSS +{held.rss_mb - empty.rss_mb:.1f} MB ({per_schedule:,.0f} B per "
