@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -210,6 +211,8 @@ class Dispatcher:
         if self._stopping:
             return
         if claimed is not None:
+            claimed = await self._still_claimed(claimed)
+        if claimed is not None:
             lease = claimed.lease
         else:
             acquired = await self._leases.acquire(run_id)
@@ -241,6 +244,20 @@ class Dispatcher:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self._leases.release(flight.lease,
                                                               finished=finished))
+
+    async def _still_claimed(self, claimed: Claimed) -> Claimed | None:
+        """The creator's lease, proven still ours before the first handler call. A Run of a
+        herd can wait for a lease slot longer than its lease, or its key's TTL; calling the
+        handler then would start it twice (here, and where it is held now or retaken). So
+        a lease that ran out is renewed by CAS (only if nobody wrote its key since); if not,
+        the Run is taken like any other (acquire, ``run.claimed``) or left to its holder."""
+        if self._clock.now() < claimed.lease.value.expires_at:
+            return claimed
+        try:
+            renewed = await self._leases.renew(claimed.lease)
+        except Exception:  # store trouble: take it the ordinary way, which retries
+            return None
+        return None if renewed is None else dataclasses.replace(claimed, lease=renewed)
 
     async def _attempts(self, flight: _InFlight, claimed: Claimed | None) -> None:
         if claimed is not None:
