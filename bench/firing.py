@@ -9,6 +9,7 @@
     .venv/bin/python bench/firing.py --replicas 1,2       # 1 vs 2 replicas, same server
     .venv/bin/python bench/firing.py --cluster            # the 3-node R3 cluster of cluster/
     .venv/bin/python bench/firing.py --uvloop --enqueue   # a host on uvloop
+    .venv/bin/python bench/firing.py --herd --schedules 100000 --sync always --skip-references
 
 Which server (issue 19, points 6 and 7): ``--sync`` picks the fsync setting of the server the
 bench starts: ``default`` (the server's own, fsync every 2 minutes), ``always``
@@ -35,6 +36,11 @@ client-to-server messages and JetStream API requests per Run from the server's m
 endpoint. ``--manual`` runs one provider in this process with a ManualClock moved to each
 boundary: lateness is then counted from the instant the clock was moved, and a frozen clock
 never makes a Schedule read stale (the real clock does).
+
+The herd (``--herd``): the N Schedules are due once, at one minute a few minutes ahead (a
+daily ``M H * * *`` in UTC, as every hourly job at the top of the hour is), so no next
+boundary cuts the measurement: the bench waits until every Run is started and dispatched
+(up to ``HERD_TIMEOUT``) and prints the lateness of all of them, the last one included.
 
 References, same run, same server: (a) the raw acknowledged publish rate of N Run-sized
 messages with ``asyncio.gather`` (64 concurrent callers), with ``publish_async``, and in
@@ -91,6 +97,16 @@ CALLERS = 64
 
 BOUNDARY_TIMEOUT = 55.0
 """Seconds a boundary's Runs may take to be dispatched before the next boundary is due."""
+
+HERD_TIMEOUT = 600.0
+"""Seconds ``--herd`` waits for its one minute's Runs: nothing else falls due meanwhile."""
+
+HERD_LEAD = 45.0
+"""Seconds ``--herd`` adds to the expected load time when it picks its minute."""
+
+HERD_APPLY_RATE = 1_500.0
+"""Applies per second ``--herd`` counts on when it picks its minute (a floor measured with
+``sync_interval: always``: the minute must not pass before the replicas are ready)."""
 
 SCRIPT = Path(__file__).resolve()
 """This file: the child replicas run it with ``--child``."""
@@ -676,6 +692,7 @@ class FiringRun:
     boundaries: list[Boundary]
     extra_starts: int = 0
     stale_fires: int = 0
+    cron: str = "* * * * *"
     check: dict[str, Any] | None = None
     """``nats-scheduler check --json`` over the prefix's whole store after the boundaries."""
 
@@ -729,13 +746,29 @@ def next_boundary(after: float) -> float:
     return (math.floor(after / 60) + 1) * 60.0
 
 
+def herd_minute(count: int) -> float:
+    """The one minute ``--herd`` fires: far enough ahead for ``count`` Schedules to be
+    applied and loaded by the replicas first."""
+    return next_boundary(time.time() + count / HERD_APPLY_RATE + HERD_LEAD)
+
+
 async def fire_real(server: NatsServer | Target, count: int, *, replicas: int = 1,
-                    boundaries: int = 2, prefix: str = "FIRE") -> FiringRun:
-    """N ``* * * * *`` Schedules fired by ``replicas`` processes at real minute boundaries."""
+                    boundaries: int = 2, prefix: str = "FIRE", herd: bool = False) -> FiringRun:
+    """N Schedules fired by ``replicas`` processes at real minute boundaries.
+
+    ``herd``: the N are due once, at one minute (a daily cron, ``M H * * *`` in UTC), as a
+    platform's hourly jobs all due at the top of the hour are: nothing else falls due after
+    it, so the bench waits for every Run however long they take (``HERD_TIMEOUT``) and the
+    lateness of the last one is measured, not cut at the next minute."""
     target = target_of(server)
     names = Names(prefix)
+    herd_at = herd_minute(count) if herd else None
+    cron = "* * * * *"
+    if herd_at is not None:
+        at = datetime.fromtimestamp(herd_at, UTC)
+        cron, boundaries = f"{at.minute} {at.hour} * * *", 1
     apply_rate = await load_schedules(target.url, prefix,
-                                      [minute_schedule(i) for i in range(count)],
+                                      [minute_schedule(i, cron=cron) for i in range(count)],
                                       target.stream_replicas)
     workdir = Path(tempfile.mkdtemp(prefix="firing-"))
     children = [await Child.spawn(target.url, prefix, count, workdir / f"child{r}.json",
@@ -747,7 +780,11 @@ async def fire_real(server: NatsServer | Target, count: int, *, replicas: int = 
     try:
         await asyncio.wait_for(asyncio.gather(*(c.ready.wait() for c in children)), 60)
         alive_from = datetime.now(UTC)
-        first = next_boundary(time.time() + 2.0)
+        first = next_boundary(time.time() + 2.0) if herd_at is None else herd_at
+        if first - time.time() < 2.0:
+            raise SystemExit(f"the replicas were ready {time.time() - first + 2.0:.0f} s too "
+                             "late for the herd's minute; lower HERD_APPLY_RATE")
+        timeout = BOUNDARY_TIMEOUT if herd_at is None else HERD_TIMEOUT
         for k in range(boundaries):
             due = first + 60 * k
             due_iso = datetime.fromtimestamp(due, UTC).isoformat()
@@ -755,7 +792,7 @@ async def fire_real(server: NatsServer | Target, count: int, *, replicas: int = 
             before = await counters(js, target.http_urls, names, _calls(children))
             await sleep_until_wall(due)
             done = await poll(lambda d=due_iso: _children_done(children, d, count),
-                              BOUNDARY_TIMEOUT, interval=0.1)
+                              timeout, interval=0.1)
             done_in = time.time() - due if done else None
             await asyncio.sleep(0.3)  # one more progress line: the children's final tallies
             after = await counters(js, target.http_urls, names, _calls(children))
@@ -764,7 +801,7 @@ async def fire_real(server: NatsServer | Target, count: int, *, replicas: int = 
         alive_to = datetime.now(UTC)
         records = [await c.stop() for c in children]
         shutil.rmtree(workdir, ignore_errors=True)
-    result = FiringRun(count, replicas, False, apply_rate, measured,
+    result = FiringRun(count, replicas, False, apply_rate, measured, cron=cron,
                        extra_starts=sum(r["extra_starts"] for r in records),
                        stale_fires=sum(r["stale_fires"] for r in records))
     _attribute_starts(result, records)
@@ -890,7 +927,7 @@ async def _scan_runs(js: JetStreamContext, names: Names, result: FiringRun) -> N
 
 def print_firing(result: FiringRun, refs: References | None) -> None:
     mode = "ManualClock, in-process" if result.manual else "real clock"
-    print(f"\nfiring: {result.count:,} '* * * * *' Schedules, {result.replicas} replica(s), "
+    print(f"\nfiring: {result.count:,} '{result.cron}' Schedules, {result.replicas} replica(s), "
           f"{mode}; applied at {result.apply_rate:,.0f}/s")
     for n, b in enumerate(result.boundaries, 1):
         print(f" boundary {n} ({b.due_iso}): Runs stored {b.created:,} of {result.count:,}; "
@@ -1048,7 +1085,8 @@ async def measure_on(target: Target, args: argparse.Namespace) -> None:
         return
     for replicas in args.replicas:
         result = await fire_real(target, args.schedules, replicas=replicas,
-                                 boundaries=args.boundaries, prefix=f"FIRE{replicas}")
+                                 boundaries=args.boundaries, prefix=f"FIRE{replicas}",
+                                 herd=args.herd)
         print_firing(result, refs)
 
 
@@ -1074,6 +1112,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--replicas", type=replica_counts, default=[1],
                         help="provider processes firing; a list (1,2) runs each in turn")
     parser.add_argument("--boundaries", type=int, default=2)
+    parser.add_argument("--herd", action="store_true",
+                        help="the Schedules are due once, at one minute a few minutes ahead; "
+                             "wait for all of their Runs however late (implies one boundary)")
     parser.add_argument("--manual", action="store_true",
                         help="one in-process provider on a ManualClock (no waiting)")
     parser.add_argument("--enqueue", action="store_true",
