@@ -24,7 +24,7 @@ from nats_scheduler.jetstream.leases import Lease, Leases
 from nats_scheduler.names import scheduled_run_id
 from nats_scheduler.provider import NatsSchedulerProvider
 from nats_scheduler.runtime.dispatcher import IN_FLIGHT_MIN
-from nats_scheduler.seam import RunPayload, RunState, Schedule
+from nats_scheduler.seam import EnqueueRequest, RunPayload, RunState, Schedule, Trigger
 from nats_scheduler.testing.handler import RecordingRunHandler
 from tests.harness.clocks import ManualElapsed
 from tests.harness.servers import unique_prefix
@@ -121,3 +121,54 @@ async def event_types(provider: NatsSchedulerProvider, run_id: str) -> list[type
             found.append(type(decode_run_event(msg.data)))
     finally:
         await sub.unsubscribe()
+
+
+@pytest.mark.timeout(120)
+async def test_a_replica_with_every_slot_taken_leaves_unheld_runs_to_the_others(
+    nats_url: str,
+) -> None:
+    """The sweep takes an unheld Run only into a free lease slot: a busy replica leaves it
+    (to an idle one, or to itself once a slot frees), instead of queueing it to expire."""
+    prefix = unique_prefix()
+    handler = RecordingRunHandler()
+    held = handler.block(method="start_session")
+    clock = ManualClock(DUE + timedelta(seconds=1))
+    deployments = [f"busy-{i}" for i in range(IN_FLIGHT_MIN + 1)]
+    async with running(nats_url, prefix, handler, clock=clock, lease_seconds=LEASE,
+                       max_concurrent_dispatch=1, call_timeout=60.0) as provider:
+        for deployment in [*deployments, "released"]:
+            await provider.apply(schedule(deployment))
+        await provider.fire_many([(deployment, DUE) for deployment in deployments])
+        dispatcher = provider.dispatcher
+        assert dispatcher is not None
+        await eventually(lambda: len(dispatcher.in_flight) == IN_FLIGHT_MIN, timeout=30)
+
+        stopped = RecordingRunHandler()
+        stopped.hang(method="start_session")
+        async with running(nats_url, prefix, stopped) as elsewhere:  # stops: hands it back
+            released = (await elsewhere.enqueue(request("released"))).run_id
+            await eventually(lambda: stopped.calls_for(released, "start_session"), timeout=30)
+
+        def handed_back() -> bool:  # claimed elsewhere (an attempt), then released
+            record = provider.ledger.get(released)
+            return (record is not None and record.attempts >= 1
+                    and record.state is RunState.PENDING and record.holder is None)
+
+        await eventually(handed_back, timeout=30)
+        assert await dispatcher.sweep_once() == 0, "every slot taken: nothing swept"
+
+        held.release()
+
+        async def swept_and_started() -> bool:
+            await dispatcher.sweep_once()
+            return bool(handler.calls_for(released, "admit_turn"))
+
+        await eventually(swept_and_started, timeout=60)
+        await provider.wait_idle(timeout=30)
+        assert len(handler.calls_for(released, "start_session")) == 1
+        record = provider.ledger.get(released)
+        assert record is not None and record.state is RunState.DISPATCHED
+
+
+def request(deployment_id: str) -> EnqueueRequest:
+    return EnqueueRequest(deployment_id, Trigger.RUN_NOW)

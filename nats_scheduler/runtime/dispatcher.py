@@ -43,7 +43,6 @@ from .metrics import Metrics
 log = logging.getLogger(__name__)
 
 
-
 def _forget_outcome(call: asyncio.Future[str]) -> None:
     """Retrieve an abandoned call's outcome, so its late failure is not logged as lost."""
     if not call.cancelled():
@@ -57,11 +56,9 @@ class Gate(Protocol):
 
 
 IN_FLIGHT_MIN = 256
-"""Runs one process dispatches at once at least (four per allowed handler call otherwise).
-
-Each such Run's lease is renewed every third of its length, so leasing thousands at once
-(all the Runs of a busy minute) would spend the store's time on renewals; a bounded set
-leased briefly keeps renewals rare and the rest wait unclaimed (docs/architecture.md)."""
+"""Runs one process leases at once at least (four per allowed handler call otherwise): each
+is renewed every third of a lease, so leasing a busy minute's thousands would spend the
+store's time on renewals; the rest wait unrenewed (docs/architecture.md)."""
 
 
 class _LostRun(Exception):
@@ -107,7 +104,8 @@ class Dispatcher:
         self._call_timeout = call_timeout
         self._calls = asyncio.Semaphore(max_concurrent)
         self._deadlines = Deadlines()
-        self._lease_slots = asyncio.Semaphore(max(IN_FLIGHT_MIN, 4 * max_concurrent))
+        self._slots = max(IN_FLIGHT_MIN, 4 * max_concurrent)
+        self._lease_slots = asyncio.Semaphore(self._slots)
         self._claim_grace = timedelta(seconds=claim_grace)
         self._gate = gate
         self._metrics = metrics or Metrics.disabled()
@@ -116,8 +114,6 @@ class Dispatcher:
         self._in_flight: dict[str, _InFlight] = {}
         self._stopping = False
         self.identity = leases.identity
-
-    # ------------------------------------------------------------------ public
 
     def submit(self, run_id: str, *, vetted: bool = False, claimed: Claimed | None = None) -> None:
         """Try to dispatch ``run_id`` here (no-op if already here or stopping).
@@ -150,10 +146,15 @@ class Dispatcher:
         return list(self._in_flight)
 
     async def sweep_once(self) -> int:
-        """Submit every unfinished Run that nobody live holds; returns how many."""
+        """Submit the unfinished Runs nobody live holds, as many as this process has lease
+        slots free: a busy replica's waiting Runs look expired (unrenewed), and taking them
+        into a queue of its own where they expire again made a herd on three replicas pass
+        each Run around; an idle replica still takes them (load sharing). Returns how many."""
         now = self._clock.now()
         submitted = 0
         for record in self._ledger.unfinished():
+            if len(self._tasks) >= self._slots:
+                break
             if record.run_id in self._tasks or self._stopping:
                 continue
             if record.holder is None and now - record.updated_at < self._claim_grace:
@@ -198,8 +199,6 @@ class Dispatcher:
             task.cancel()
         if pending:
             await asyncio.wait(pending, timeout=5.0)
-
-    # ------------------------------------------------------------------ one Run
 
     async def _dispatch(self, run_id: str, claimed: Claimed | None) -> None:
         async with self._lease_slots:  # at most IN_FLIGHT_MIN+ Runs leased at once
@@ -246,11 +245,10 @@ class Dispatcher:
                                                               finished=finished))
 
     async def _still_claimed(self, claimed: Claimed) -> Claimed | None:
-        """The creator's lease, proven still ours before the first handler call. A Run of a
-        herd can wait for a lease slot longer than its lease, or its key's TTL; calling the
-        handler then would start it twice (here, and where it is held now or retaken). So
-        a lease that ran out is renewed by CAS (only if nobody wrote its key since); if not,
-        the Run is taken like any other (acquire, ``run.claimed``) or left to its holder."""
+        """The creator's lease, proven still ours before the first handler call: a Run of a
+        herd can wait for a slot past its lease or its key's TTL, and calling the handler
+        then starts it twice. So a lapsed lease is renewed by CAS (only if nobody wrote its
+        key since), else the Run is acquired like any other or left to its new holder."""
         if self._clock.now() < claimed.lease.value.expires_at:
             return claimed
         try:
