@@ -67,6 +67,7 @@ import contextlib
 import json
 import math
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -590,9 +591,10 @@ async def child_main(url: str, prefix: str, count: int, out: Path,
     await asyncio.to_thread(sys.stdin.read)  # until the parent closes our stdin
     reporter.cancel()
     stale = provider.stale_fires
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before the stop
     await provider.stop()
     record = json.dumps({"identity": provider.identity, "stale_fires": stale,
-                         "extra_starts": handler.extra_starts,
+                         "extra_starts": handler.extra_starts, "peak_rss_mb": peak_mb,
                          "starts": list(handler.starts.items())})
     await asyncio.to_thread(out.write_text, record)
     print(json.dumps({"stopped": True}), flush=True)
@@ -693,6 +695,8 @@ class FiringRun:
     extra_starts: int = 0
     stale_fires: int = 0
     cron: str = "* * * * *"
+    peak_rss_mb: list[float] = field(default_factory=list)
+    """Each replica process's peak resident memory (real clock only)."""
     check: dict[str, Any] | None = None
     """``nats-scheduler check --json`` over the prefix's whole store after the boundaries."""
 
@@ -803,7 +807,8 @@ async def fire_real(server: NatsServer | Target, count: int, *, replicas: int = 
         shutil.rmtree(workdir, ignore_errors=True)
     result = FiringRun(count, replicas, False, apply_rate, measured, cron=cron,
                        extra_starts=sum(r["extra_starts"] for r in records),
-                       stale_fires=sum(r["stale_fires"] for r in records))
+                       stale_fires=sum(r["stale_fires"] for r in records),
+                       peak_rss_mb=[r.get("peak_rss_mb", 0.0) for r in records])
     _attribute_starts(result, records)
     await _scan_runs(js, names, result)
     await nc.close()
@@ -950,6 +955,9 @@ def print_firing(result: FiringRun, refs: References | None) -> None:
         print("\n".join(per_run_lines(b.before, b.after, b.created)))
     print(f" repeated start_session calls (duplicates, must be 0): {result.extra_starts}; "
           f"stale Schedule reads redone: {result.stale_fires}")
+    if result.peak_rss_mb:
+        print(" peak resident memory per replica: "
+              + ", ".join(f"{mb:,.0f} MB" for mb in result.peak_rss_mb))
     print(f" {check_line(result.check)}")
 
 
