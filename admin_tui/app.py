@@ -38,6 +38,8 @@ from .screens.schedules import SchedulesScreen
 CHECKING_PERMISSION = "checking what this user may do…"
 FEED_RETRY_MAX = 5.0
 """Longest wait between two attempts to re-open the live feed (seconds)."""
+PERMISSION_RETRY_MAX = 30.0
+"""Longest wait between two permission checks while the answer is no (seconds)."""
 FEED_BATCH = 0.05
 """How long live events are gathered before they go to the screens as one batch (seconds):
 short enough to look instant, long enough that a herd of 500 events a second costs each
@@ -145,13 +147,25 @@ class AstraboxConsole(App[None]):
 
     @work(group="permission", exclusive=True, exit_on_error=False)
     async def _load_permission(self) -> None:
-        try:
-            allowed, reason = await self.backend.can_act()
-        except AdminError as exc:
-            allowed, reason = False, f"could not check permissions ({exc.message})"
-        except Exception:  # read-only is the safe answer to any failure
-            allowed, reason = False, "could not check permissions"
-        self._set_permission(allowed, reason or "")
+        """Ask the backend what this user may do; while the answer is no, ask again.
+
+        A no is often passing (a server just restarted, a scheduler process not yet
+        listening, an operator's permissions being fixed): asking again with a growing
+        pause means the console does not stay read-only until its next reconnect.
+        """
+        delay = 1.0
+        while True:
+            try:
+                allowed, reason = await self.backend.can_act()
+            except AdminError as exc:
+                allowed, reason = False, f"could not check permissions ({exc.message})"
+            except Exception:  # read-only is the safe answer to any failure
+                allowed, reason = False, "could not check permissions"
+            self._set_permission(allowed, reason or "")
+            if allowed:
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, PERMISSION_RETRY_MAX)
 
     def _set_permission(self, allowed: bool, reason: str) -> None:
         self.act_reason = reason or f"user {self.user!r} may not request actions"

@@ -39,6 +39,7 @@ from tests.console_helpers import cell, confirm, until
 from tests.harness.servers import unique_prefix
 from tests.providers import running, settings
 from tests.security_support import PASSWORDS, prod_server
+from tests.tui_fakes import FakeBackend
 
 pytestmark = pytest.mark.anyio
 
@@ -307,6 +308,19 @@ async def _read_only(server: NatsServer, prefix: str) -> None:
         await link.close()
 
 
+async def test_a_passing_no_to_actions_is_asked_again_without_a_reconnect() -> None:
+    """A permission check that fails (a scheduler process not yet listening, permissions
+    being fixed) leaves the console read-only only until it asks again: no reconnect."""
+    backend = FakeBackend(can_act=False, act_reason="no scheduler process is running")
+    app = AstraboxConsole(backend=backend, user="alice", clock=backend.clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.act_reason == "no scheduler process is running")
+        assert not app.can_act
+        backend.act_answer = (True, None)
+        await until(pilot, lambda: app.can_act)
+        assert sum(1 for name, _ in backend.calls if name == "can_act") >= 2
+
+
 def _status(app: AstraboxConsole) -> str:
     return str(app.screen.query_one("#connect-status").render())
 
@@ -332,7 +346,9 @@ async def test_unreachable_then_connects_and_reconnects_by_itself(tmp_path: Path
                     server.kill()
                     await until(pilot, lambda: app.link == "lost")
                     server.restart()
-                    await until(pilot, lambda: app.link == "live")
+                    # live again, and able to act (a permission check that failed
+                    # while the server came back is asked again)
+                    await until(pilot, lambda: app.link == "live" and app.can_act)
                     table = app.screen.query_one(ScheduleTable)
                     select(pilot, "comes-back")
                     await pilot.press("h")

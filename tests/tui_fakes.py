@@ -152,7 +152,7 @@ class FakeBackend:
         self.clock = clock or frozen_clock()
         self.schedules = {s.deployment_id: s for s in seed_schedules()}
         self.runs = {r.run_id: r for r in seed_runs()}
-        self._can_act = (can_act, act_reason)
+        self.act_answer = (can_act, act_reason)
         self.calls: list[tuple[str, object]] = []
         self.log: list[object] = self._seed_events()
         self._queues: list[asyncio.Queue[object]] = []
@@ -325,7 +325,7 @@ class FakeBackend:
 
     async def can_act(self) -> tuple[bool, str | None]:
         self._check("can_act")
-        return self._can_act
+        return self.act_answer
 
     async def events(self, *, deployment_id: str | None = None,
                      types: set[str] | None = None,
@@ -347,8 +347,8 @@ class FakeBackend:
     # ------------------------------------------------------------------ actions
 
     def _refuse_if_read_only(self) -> None:
-        if not self._can_act[0]:
-            raise AdminError(ErrorCode.FORBIDDEN, self._can_act[1] or "read-only user")
+        if not self.act_answer[0]:
+            raise AdminError(ErrorCode.FORBIDDEN, self.act_answer[1] or "read-only user")
 
     def _set_hold(self, dep: str, hold: Hold | None, by: str, reason: str) -> bool:
         s = self._get(dep)

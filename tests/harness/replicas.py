@@ -185,15 +185,19 @@ class ReplicaProcess:
             raise ReplicaError(f"replica {self.identity} is not running")
         ident = next(self._ids)
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        # The reader may fail this future after we stopped waiting (a pipe broken by a
+        # kill): mark its exception retrieved so it never surfaces as an unhandled error.
+        future.add_done_callback(_retrieve)
         self._answers[ident] = future
-        proc.stdin.write((json.dumps({"id": ident, "op": op, **fields}) + "\n").encode())
-        await proc.stdin.drain()
         try:
+            proc.stdin.write((json.dumps({"id": ident, "op": op, **fields}) + "\n").encode())
+            await proc.stdin.drain()
             answer = await asyncio.wait_for(future, timeout)
         except TimeoutError:
-            self._answers.pop(ident, None)
             raise ReplicaError(
                 f"replica {self.identity} did not answer {op} in {timeout} s") from None
+        finally:
+            self._answers.pop(ident, None)
         if check and not answer.get("ok"):
             raise ReplicaError(f"replica {self.identity}: {op} failed: {answer.get('error')}")
         return answer
@@ -289,6 +293,11 @@ class ReplicaProcess:
         except OSError:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:])
+
+
+def _retrieve(future: asyncio.Future[Message]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 class ReplicaSet:
