@@ -1,10 +1,11 @@
 """Owners in a running provider: the live replicas split a minute's due times, and a stalled
-owner's share is fired by the others once the grace has passed.
+owner's share is fired by the others once the owner patience has passed.
 
 Two providers in this process share one server. Each has its own ManualClock: ``a``'s is
 moved across a minute boundary, ``b``'s never moves, so ``b`` is alive (it beats in the
 replicas bucket) but fires nothing, like a replica whose ticker stalled. ``a`` must fire the
-due times it owns at once, leave ``b``'s alone during the grace, then fire them itself.
+due times it owns at once, leave ``b``'s to ``b`` while ``b`` is live (looking again every
+grace), and fire them itself once the patience has passed since the due time.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 from nats_scheduler import ManualClock
 from nats_scheduler.core.ownership import owner, owner_key
 from nats_scheduler.names import scheduled_run_id
-from nats_scheduler.runtime.ticker import OWNER_GRACE_SECONDS
+from nats_scheduler.runtime.ticker import OWNER_GRACE_SECONDS, OWNER_PATIENCE_SECONDS
 from nats_scheduler.seam import RunPayload, RunState, Schedule
 from nats_scheduler.testing.handler import RecordingRunHandler
 from tests.harness.servers import unique_prefix
@@ -28,7 +29,7 @@ T0 = datetime(2031, 7, 1, 9, 59, 50, tzinfo=UTC)
 DUE = datetime(2031, 7, 1, 10, 0, tzinfo=UTC)
 
 
-async def test_a_stalled_owners_due_times_are_fired_by_the_others_after_the_grace(
+async def test_a_stalled_owners_due_times_are_fired_by_the_others_after_the_patience(
     nats_url: str,
 ) -> None:
     prefix = unique_prefix()
@@ -59,7 +60,14 @@ async def test_a_stalled_owners_due_times_are_fired_by_the_others_after_the_grac
         await eventually(lambda: stored() >= mine, timeout=20)
         assert stored() == mine, "the due times b owns are left to b during the grace"
 
-        clock_a.set(DUE + timedelta(seconds=1 + OWNER_GRACE_SECONDS))
+        ticker_a = a.ticker
+        assert ticker_a is not None
+        theirs = len(deployments) - len(mine)
+        clock_a.set(DUE + timedelta(seconds=1 + OWNER_GRACE_SECONDS))  # a looks again
+        await eventually(lambda: ticker_a.kept_for_owner >= theirs, timeout=20)
+        assert stored() == mine, "b is live: its due times stay b's after the grace"
+
+        clock_a.set(DUE + timedelta(seconds=1 + OWNER_PATIENCE_SECONDS))
         await eventually(lambda: stored() == set(deployments), timeout=20)
         for deployment in deployments:
             runs = await a.list_runs(deployment)

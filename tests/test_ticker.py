@@ -136,21 +136,46 @@ async def test_a_due_time_owned_elsewhere_is_left_to_its_owner_when_its_run_exis
         assert h.ticker.left_to_owner == 1
 
 
-async def test_a_due_time_whose_owner_fired_nothing_is_fired_after_the_grace() -> None:
-    async with Harness(owns=lambda _dep, _due: False, exists=lambda _dep, _due: False,
-                       grace=3.0) as h:
+async def test_a_due_time_whose_owner_left_is_fired_at_the_next_look() -> None:
+    """The owner died before firing: once it left the live replicas the due time is
+    ours (``owns`` says so) and fires at the next look, every grace."""
+    members = {"owner-alive": True}
+    async with Harness(owns=lambda _dep, _due: not members["owner-alive"],
+                       exists=lambda _dep, _due: False, grace=3.0, patience=30.0) as h:
         h.ticker.update(record("theirs", "* * * * *"))
         due = T0.replace(second=0) + timedelta(minutes=1)
         h.clock.advance(31)  # one second past the due time
         await h.settle()
         assert h.fired == []
-        h.clock.advance(1.9)
+        h.clock.advance(2.1)  # the first look: the owner is still live
         await h.settle()
-        assert h.fired == [], "not before the grace"
+        assert h.fired == [], "a live owner keeps its due time"
+        assert h.ticker.left_waiting == 1
+        members["owner-alive"] = False
+        h.clock.advance(2.9)
+        await h.settle()
+        assert h.fired == [], "not before the next look"
         h.clock.advance(0.2)
         await h.settle()
         assert h.fired == [("theirs", due)]
-        assert h.ticker.left_to_owner == 0
+        assert h.ticker.left_to_owner == 0 and h.ticker.left_waiting == 0
+
+
+async def test_a_live_owner_that_fires_nothing_keeps_its_due_time_for_the_patience() -> None:
+    """A busy owner is not doubled after a few seconds; one live but unable to write loses
+    its due time to the others once the patience has passed since the due time."""
+    async with Harness(owns=lambda _dep, _due: False, exists=lambda _dep, _due: False,
+                       grace=3.0, patience=30.0) as h:
+        h.ticker.update(record("theirs", "* * * * *"))
+        due = T0.replace(second=0) + timedelta(minutes=1)
+        h.clock.advance(31)  # one second past the due time
+        for _ in range(9):  # looks at 3, 6, ... 27 s after the due time
+            h.clock.advance(3)
+            await h.settle()
+        assert h.fired == [], "a live owner keeps its due time inside the patience"
+        h.clock.advance(3)  # 31 s after the due time
+        await h.settle()
+        assert h.fired == [("theirs", due)]
 
 
 async def test_a_due_time_left_to_an_owner_is_dropped_when_the_schedule_is_disabled() -> None:

@@ -10,11 +10,16 @@ Schedules. Rules (docs/contract.md, "The guarantees"; docs/design.md, "Firing"):
 - Late wake-ups (an event-loop stall, a suspended VM) still fire every due time passed since
   the previous one: after firing a due time the next one is computed from that due time, not
   from "now", and fired at once if it is already past.
-- One replica fires each due time first: its owner among the live replicas (``owns``,
-  rendezvous hashing in core/ownership.py). The others wait ``grace`` seconds and fire it
-  only if no Run for it reached them by then (``exists``), so a dead or stalled owner delays
-  a due time by the grace, never loses it. When they race, the store lets one Run win
-  (``fire_due`` is idempotent). Without ``owns`` every due time is this process's.
+- One replica fires each due time: its owner among the live replicas (``owns``,
+  rendezvous hashing in core/ownership.py). The others look again every ``grace`` seconds:
+  a Run for it reached them (``exists``): done; they own it now (its owner left the live
+  replicas): they fire it; its owner is still live: they leave it to the owner, for at most
+  ``patience`` seconds after the due time, then fire it anyway (an owner live but unable to
+  write). So a dead owner delays a due time by the time the others take to see it gone plus
+  at most one grace, a sick one by the patience; neither loses it. A busy owner (a herd at
+  the top of the hour) is not doubled by the others after a few seconds. When they race,
+  the store lets one Run win (``fire_due`` is idempotent). Without ``owns`` every due time
+  is this process's.
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ class _Next(NamedTuple):
 
 
 class _Fallback(NamedTuple):
-    """A due time left to its owner: looked at again at ``look_at`` (due time + grace)."""
+    """A due time left to its owner: looked at again at ``look_at`` (every grace)."""
 
     look_at: datetime
     generation: int
@@ -73,7 +78,11 @@ Check = Callable[[str, datetime], bool]
 """(deployment, due time) -> bool: whether this process owns it / whether its Run exists."""
 
 OWNER_GRACE_SECONDS = 3.0
-"""How long the replicas that do not own a due time leave it to its owner."""
+"""How often the replicas that do not own a due time look whether its owner fired it."""
+OWNER_PATIENCE_SECONDS = 30.0
+"""How long after a due time the others leave it to an owner that is still live: long
+enough for one replica's share of a 100,000 herd to be created (docs/benchmarks.md), short
+enough that an owner live but unable to write delays its due times by half a minute."""
 
 
 class Ticker:
@@ -82,7 +91,8 @@ class Ticker:
     def __init__(self, clock: Clock, fire: Fire, *, max_concurrent_fires: int = 256,
                  owns: Check | None = None, fire_many: FireMany | None = None,
                  batch: int = 256, max_concurrent_batches: int = 4,
-                 exists: Check | None = None, grace: float = OWNER_GRACE_SECONDS) -> None:
+                 exists: Check | None = None, grace: float = OWNER_GRACE_SECONDS,
+                 patience: float = OWNER_PATIENCE_SECONDS) -> None:
         self._clock = clock
         self._fire = fire
         self._owns = owns
@@ -91,10 +101,13 @@ class Ticker:
         self._batches = asyncio.Semaphore(max_concurrent_batches)
         self._exists = exists
         self._grace = timedelta(seconds=grace)
+        self._patience = timedelta(seconds=max(grace, patience))
         self._fallbacks: list[_Fallback] = []
         """Due times left to an owner, a heap by when to look again."""
         self.left_to_owner = 0
         """Due times this process left to another replica that fired them in time."""
+        self.kept_for_owner = 0
+        """Looks at which a due time's owner was live and still had time: left to it."""
 
         self._heap: list[_Next] = []
         self._current: dict[str, _Calendar] = {}
@@ -217,8 +230,10 @@ class Ticker:
         return due_now
 
     def _fallbacks_due(self, now: datetime) -> list[DueTime]:
-        """Due times left to an owner whose grace has passed with no Run reaching us."""
+        """Due times left to an owner that are now this process's to fire: no Run reached
+        us, and the owner left the live replicas or ran out of patience."""
         due_now: list[DueTime] = []
+        waiting: list[_Fallback] = []
         while self._fallbacks and self._fallbacks[0].look_at <= now:
             left = heapq.heappop(self._fallbacks)
             known = self._current.get(left.deployment_id)
@@ -227,8 +242,25 @@ class Ticker:
             if self._exists is not None and self._exists(left.deployment_id, left.due):
                 self.left_to_owner += 1
                 continue
+            if self._owner_keeps_it(left, now):
+                waiting.append(left._replace(look_at=now + self._grace))
+                self.kept_for_owner += 1
+                continue
             due_now.append(DueTime(left.deployment_id, left.due))
+        for left in waiting:
+            heapq.heappush(self._fallbacks, left)
         return due_now
+
+    def _owner_keeps_it(self, left: _Fallback, now: datetime) -> bool:
+        """Whether a live owner other than this process still has time to fire ``left``."""
+        owns = self._owns
+        return (owns is not None and not owns(left.deployment_id, left.due)
+                and now - left.due < self._patience)
+
+    @property
+    def left_waiting(self) -> int:
+        """Due times (of active Schedules or not) this process is leaving to their owners."""
+        return len(self._fallbacks)
 
     def _spawn_batch(self, due_times: list[DueTime]) -> None:
         task = asyncio.create_task(self._fire_batch(due_times))
