@@ -13,6 +13,7 @@ never started here, and the other two are started exactly once each.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import anyio
@@ -61,6 +62,10 @@ async def test_a_run_whose_lease_ran_out_waiting_for_a_slot_starts_once_or_not_h
         assert dispatcher is not None
         await eventually(lambda: len(dispatcher.in_flight) == IN_FLIGHT_MIN, timeout=30)
         await held.wait_until_blocked(1)
+        # the Runs beyond the slots wait as queue entries, not as tasks (a herd's memory)
+        names = [t.get_name() for t in asyncio.all_tasks()]
+        assert sum(name.startswith("dispatch ") for name in names) == IN_FLIGHT_MIN
+        assert dispatcher.tasks == IN_FLIGHT_MIN + WAITING
         everyone = {scheduled_run_id(d, DUE) for d in deployments}
         taken, keyless, untouched = sorted(everyone - set(dispatcher.in_flight))
 

@@ -10,7 +10,10 @@ call is pending (an idle process runs no timer at all).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 RESOLUTION = 0.05
 """Seconds between looks at the table: a call times out at most this late."""
@@ -48,6 +51,24 @@ class Deadlines:
             self._pending.pop(waiter, None)
             future.remove_done_callback(wake)
 
+    async def call(self, awaitable: Awaitable[T], timeout: float) -> T:
+        """Await ``awaitable`` for at most ``timeout`` seconds; TimeoutError after that.
+
+        Not ``asyncio.wait_for``: it waits for the cancelled call to end, and a handler that
+        swallows its cancellation would hold its Run for ever (tests/faults/
+        test_faults_handler.py). A call past the timeout is cancelled and left behind.
+        """
+        call = asyncio.ensure_future(awaitable)
+        try:
+            await self.wait(call, timeout)
+        finally:
+            if not call.done():
+                call.cancel()
+                call.add_done_callback(_forget_outcome)
+        if not call.done():
+            raise TimeoutError()
+        return call.result()
+
     async def _tick(self) -> None:
         loop = asyncio.get_running_loop()
         while self._pending:
@@ -56,3 +77,9 @@ class Deadlines:
             for waiter, deadline in list(self._pending.items()):
                 if deadline <= now and not waiter.done():
                     waiter.set_result(False)
+
+
+def _forget_outcome(call: asyncio.Future[Any]) -> None:
+    """Retrieve an abandoned call's outcome, so its late failure is not logged as lost."""
+    if not call.cancelled():
+        call.exception()

@@ -1,11 +1,12 @@
 """Dispatch: claim a Run, call the handler, store what it returned, retry, recover.
 
-One task per Run this process holds. The sequence per attempt follows the contract
-(docs/contract.md): claim (lease + ``run.claimed``, or for a scheduled Run its creator stored
-already claimed, the ``run.created`` itself), ``start_session``, store the Session ID,
-``admit_turn``, store the turn (``run.dispatched``). Transient failures wait a bounded,
-jittered backoff while the lease is kept; ``RunPermanentError`` or an exhausted budget ends
-FAILED.
+One task per Run this process holds (at most its lease slots; the Runs beyond wait in a
+queue, a dictionary entry each, not a task: a herd of 100,000 on one replica). The sequence
+per attempt follows the contract (docs/contract.md): claim (lease + ``run.claimed``, or for
+a scheduled Run its creator stored already claimed, the ``run.created`` itself),
+``start_session``, store the Session ID, ``admit_turn``, store the turn
+(``run.dispatched``). Transient failures wait a bounded, jittered backoff while the lease is
+kept; ``RunPermanentError`` or an exhausted budget ends FAILED.
 
 A recovery sweep resumes Runs nobody is working on: Runs whose lease expired (their holder
 died or paused), Runs released at a drain, and Runs created by a process that died before it
@@ -41,12 +42,6 @@ from .deadlines import Deadlines
 from .metrics import Metrics
 
 log = logging.getLogger(__name__)
-
-
-def _forget_outcome(call: asyncio.Future[str]) -> None:
-    """Retrieve an abandoned call's outcome, so its late failure is not logged as lost."""
-    if not call.cancelled():
-        call.exception()
 
 
 class Gate(Protocol):
@@ -105,12 +100,14 @@ class Dispatcher:
         self._calls = asyncio.Semaphore(max_concurrent)
         self._deadlines = Deadlines()
         self._slots = max(IN_FLIGHT_MIN, 4 * max_concurrent)
-        self._lease_slots = asyncio.Semaphore(self._slots)
         self._claim_grace = timedelta(seconds=claim_grace)
         self._gate = gate
         self._metrics = metrics or Metrics.disabled()
         self._vetted: set[str] = set()
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        """One per lease slot taken: Runs held, or giving a lease back."""
+        self._waiting: dict[str, Claimed | None] = {}
+        """Runs waiting for a lease slot, oldest first."""
         self._in_flight: dict[str, _InFlight] = {}
         self._stopping = False
         self.identity = leases.identity
@@ -122,23 +119,36 @@ class Dispatcher:
         its Schedule read, so the first claim need not ask whether it came after a pause.
         ``claimed``: the caller stored it and holds its lease (no lease to take, no read).
         """
-        if self._stopping or run_id in self._tasks:
+        if self._stopping or run_id in self._tasks or run_id in self._waiting:
             return
         if vetted:
             self._vetted.add(run_id)
-        task = asyncio.create_task(self._dispatch(run_id, claimed), name=f"dispatch {run_id}")
+        if len(self._tasks) < self._slots:
+            self._start(run_id, claimed)
+        else:
+            self._waiting[run_id] = claimed
+
+    def _start(self, run_id: str, claimed: Claimed | None) -> None:
+        task = asyncio.create_task(self._leased(run_id, claimed), name=f"dispatch {run_id}")
         self._tasks[run_id] = task
 
         def done(_task: asyncio.Task[None], run_id: str = run_id) -> None:
             self._tasks.pop(run_id, None)
             self._vetted.discard(run_id)
+            self._start_waiting()
 
         task.add_done_callback(done)
 
+    def _start_waiting(self) -> None:
+        """Give the free lease slots to the Runs that waited longest."""
+        while self._waiting and len(self._tasks) < self._slots and not self._stopping:
+            run_id = next(iter(self._waiting))
+            self._start(run_id, self._waiting.pop(run_id))
+
     @property
     def tasks(self) -> int:
-        """Dispatch tasks alive: Runs held, waiting for a lease slot, or giving a lease back."""
-        return len(self._tasks)
+        """Runs taken here: held, waiting for a lease slot, or giving a lease back."""
+        return len(self._tasks) + len(self._waiting)
 
     @property
     def in_flight(self) -> list[str]:
@@ -153,9 +163,9 @@ class Dispatcher:
         now = self._clock.now()
         submitted = 0
         for record in self._ledger.unfinished():
-            if len(self._tasks) >= self._slots:
+            if self.tasks >= self._slots:
                 break
-            if record.run_id in self._tasks or self._stopping:
+            if record.run_id in self._tasks or record.run_id in self._waiting or self._stopping:
                 continue
             if record.holder is None and now - record.updated_at < self._claim_grace:
                 continue  # its creator claims it first
@@ -187,6 +197,9 @@ class Dispatcher:
         are cancelled. Either way the lease is released and the Run stays recoverable.
         """
         self._stopping = True
+        for run_id in self._waiting:  # never leased here: recoverable as they are
+            self._vetted.discard(run_id)
+        self._waiting.clear()
         for run_id, task in list(self._tasks.items()):
             flight = self._in_flight.get(run_id)
             if flight is None or not flight.in_call:
@@ -199,10 +212,6 @@ class Dispatcher:
             task.cancel()
         if pending:
             await asyncio.wait(pending, timeout=5.0)
-
-    async def _dispatch(self, run_id: str, claimed: Claimed | None) -> None:
-        async with self._lease_slots:  # at most IN_FLIGHT_MIN+ Runs leased at once
-            await self._leased(run_id, claimed)
 
     async def _leased(self, run_id: str, claimed: Claimed | None) -> None:
         """Take (or keep, when ``claimed``) the Run's lease, renew it while the attempts
@@ -367,21 +376,10 @@ class Dispatcher:
     ) -> str:
         async with self._calls:  # the setting bounds handler calls, not the bookkeeping
             flight.in_call = True
-            call = asyncio.ensure_future(method(invocation))
             try:
-                # not wait_for: it waits for the cancelled call to end, and a handler that
-                # swallows its cancellation would hold the Run for ever (tests/faults/
-                # test_faults_handler.py). A call past the timeout is cancelled and left
-                # behind.
-                await self._deadlines.wait(call, self._call_timeout)
+                result = await self._deadlines.call(method(invocation), self._call_timeout)
             finally:
                 flight.in_call = False
-                if not call.done():
-                    call.cancel()
-                    call.add_done_callback(_forget_outcome)
-        if not call.done():
-            raise TimeoutError()
-        result = call.result()
         if flight.lost:
             raise _LostRun()
         if not isinstance(result, str) or not result:
