@@ -195,8 +195,8 @@ class NatsSchedulerProvider:
             url_settings = await asyncio.to_thread(self._start_embedded)
         self._running = await Runtime.connect(
             url_settings, ledger=self._ledger, table=self._table, clock=self._clock,
-            identity=self._identity, meter_provider=self._meter_provider)
-        self._running.start_loops(handler, settings, self.fire_due, self.fire_many)
+            identity=self._identity, handler=handler, meter_provider=self._meter_provider)
+        self._running.start_loops()
         self._started = True
         if settings.admin_service:
             await self._serve_admin(self._running)

@@ -33,10 +33,9 @@ from nats_scheduler.core.events import (
     RunSessionStarted,
     encode,
 )
-from nats_scheduler.core.pause_visibility import NOT_STARTED_AFTER_PAUSE
+from nats_scheduler.core.pause_visibility import FIRE_READ_MAX_AGE, NOT_STARTED_AFTER_PAUSE
 from nats_scheduler.names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, Names, scheduled_run_id
 from nats_scheduler.provider import NatsSchedulerProvider
-from nats_scheduler.runtime.firing import FIRE_READ_MAX_AGE
 from nats_scheduler.seam import Run, RunNotFound, RunPayload, RunState, Schedule, Trigger
 from nats_scheduler.testing.handler import RecordingRunHandler
 from tests.harness.history import deployment_run_history
@@ -160,9 +159,9 @@ async def test_replica_with_a_stalled_schedule_watch_does_not_fire_a_paused_sche
 
 
 async def may_start(provider: NatsSchedulerProvider, run: RunRecord) -> bool:
-    """The firing gate's verdict on a Run that has not been vetted."""
-    assert provider.firing is not None
-    return await provider.firing.may_start(run, vetted=False)
+    """The pause gate's verdict on a Run that has not been vetted."""
+    assert provider.runtime is not None
+    return await provider.runtime.gate.may_start(run, vetted=False)
 
 
 class _ReadGate:

@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 
 class Gate(Protocol):
-    """Whether a Run may start its first attempt (:meth:`runtime.firing.Firing.may_start`)."""
+    """Whether a Run may start its first attempt (:class:`.gate.PauseGate`)."""
 
     async def may_start(self, record: RunRecord, *, vetted: bool) -> bool: ...
 

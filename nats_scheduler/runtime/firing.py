@@ -9,10 +9,10 @@ than ``pause_visibility_seconds``. Two halves keep that promise (docs/architectu
    than :data:`FIRE_READ_MAX_AGE`, and never while disconnected (the client would buffer it
    and send it after reconnecting, maybe long after a pause it could not see). An older read
    is done again.
-2. **A gate before the first claim** (:meth:`Firing.may_start`). A create can still reach the
-   store late (a process frozen between its read and the socket write). The dispatcher asks
-   the gate before it first claims a scheduled Run; a Run stored after its Schedule stopped
-   firing, judged on the server's timestamps, is recorded FAILED and never started.
+2. **A gate before the first claim** (:class:`.gate.PauseGate`). A create can still reach
+   the store late (a process frozen between its read and the socket write). The dispatcher
+   asks the gate before it first claims a scheduled Run; a Run stored after its Schedule
+   stopped firing, judged on the server's timestamps, is recorded FAILED and never started.
 
 The uniqueness of a Run per due time is the store's: the create is conditional on the Run's
 subject being empty and carries ``<deployment>@<due time>`` as its Msg-Id.
@@ -26,14 +26,14 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 from ..clock import Clock
 from ..core import calendar, runcore, validation
 from ..core.events import RunCreated, RunRecord, ScheduleRecord
-from ..core.pause_visibility import PAUSE_VISIBILITY_SECONDS
+from ..core.pause_visibility import FIRE_READ_MAX_AGE, PAUSE_VISIBILITY_SECONDS
 from ..jetstream.event_store import EventStore
-from ..jetstream.leases import Claimed, Lease
+from ..jetstream.leases import Claimed, Lease, Leases
 from ..jetstream.outcomes import Announcement, Stored
 from ..jetstream.runlog import RunLog
 from ..jetstream.schedulelog import ScheduleLog
@@ -47,24 +47,12 @@ from ..names import (
 )
 from ..projections.schedule_table import ScheduleTable
 from ..seam import EnqueueRequest, InvalidSchedule, RunPayload, SchedulerUnavailable, Trigger
+from .dispatcher import Dispatcher
 from .freshness import Freshness
 from .metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-FIRE_READ_MAX_AGE = 0.2
-"""Seconds a Schedule read may age before the Run create it allows is sent (else: read again).
-
-Part of the pause-visibility bound: a create decided on a read older than this never leaves."""
-
-class Submit(Protocol):
-    """Hand a Run to the dispatcher (``Runtime.submit``)."""
-
-    def __call__(self, record: RunRecord, *, vetted: bool = False,
-                 claimed: Claimed | None = None, created: bool = True) -> None:
-        """``vetted``: stored within the pause-visibility bound of its Schedule read;
-        ``claimed``: the lease this process opened for it; ``created``: this process
-        stored it (else another did, and this one holds its key)."""
 
 FIRE_BATCH = 256
 """Due times stored per pipelined batch by :meth:`Firing.fire_many`."""
@@ -102,9 +90,10 @@ class _StaleRead(Exception):
 
 @dataclass(kw_only=True, eq=False)
 class Firing:
-    """Stores the Run of each due time fired on this process, and gates their first start.
+    """Stores the Run of each due time fired on this process (and of each Run now).
 
-    ``submit`` hands each Run this process stored to the dispatcher. ``freshness`` proves the
+    Each Run this process stored, or opened the key of, goes to ``dispatcher`` (a repeat
+    that found its Run ended only closes the key it opened). ``freshness`` proves the
     Schedule table current for many firings with one leader read (:mod:`.freshness`); without
     it (or when it cannot prove it) each firing reads its Schedule from the leader.
     """
@@ -114,12 +103,14 @@ class Firing:
     runs: RunLog
     clock: Clock
     identity: str
-    submit: Submit
+    dispatcher: Dispatcher
+    leases: Leases
     table: ScheduleTable | None = None
     freshness: Freshness | None = None
     metrics: Metrics = field(default_factory=Metrics.disabled)
     stale_fires: int = field(default=0, init=False)
     """Firings whose Schedule read aged before the create and was done again."""
+    _closing: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
     async def fire_due(self, deployment_id: str, due_at: datetime) -> RunRecord | None:
         """Store the Run of one due time (the ticker's single code path).
@@ -215,9 +206,19 @@ class Firing:
         self._hand_over(stored, lease, vetted=vetted)
 
     def _hand_over(self, stored: Stored, lease: Lease | None, *, vetted: bool) -> None:
-        if stored.created or lease is not None:
-            self.submit(stored.run, vetted=vetted, created=stored.created,
-                        claimed=None if lease is None else Claimed(lease, stored.seq, stored.run))
+        """The Run to the dispatcher, with the lease this process opened for it (if any)."""
+        if not (stored.created or lease is not None):
+            return
+        run = stored.run
+        if stored.created:
+            self.metrics.run_created(run.trigger)
+        claimed = None if lease is None else Claimed(lease, stored.seq, run)
+        if not run.finished:
+            self.dispatcher.submit(run.run_id, vetted=vetted, claimed=claimed)
+        elif lease is not None:  # a repeat announced a Run that had ended: close its key
+            task = asyncio.create_task(self.leases.release(lease, finished=True))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     async def store_requested(self, request: EnqueueRequest, payload: RunPayload, *,
                               reason: str | None = None) -> RunRecord:
@@ -379,24 +380,3 @@ class Firing:
             payload=record.payload, now=now, actor=self.identity,
             holder=self.identity if claimed else None,
         )
-
-    async def may_start(self, record: RunRecord, *, vetted: bool) -> bool:
-        """The gate: False for a scheduled Run stored only after its Schedule stopped firing.
-
-        Asked once, before a Run's first claim (or, for a Run stored already claimed, before
-        its first handler call). Decided on the server's timestamps: the
-        Run's first event against the Schedule as it stood at that instant. Runs stored
-        within ``FIRE_READ_MAX_AGE`` of being decided (all of them, unless their replica
-        froze or its connection stalled mid-send) need only one read.
-        """
-        if (vetted or record.trigger != Trigger.SCHEDULE or record.finished
-                or (record.attempts > 0 and not runcore.claimed_at_create(record))):
-            return True
-        first = await self.store.next(
-            self.store.names.run_subject(record.deployment_id, record.run_id))
-        if first is None or first.stored_at is None:
-            return True
-        if (first.stored_at - record.created_at).total_seconds() <= FIRE_READ_MAX_AGE:
-            return True
-        schedule = await self.schedules.as_of(record.deployment_id, first.stored_at)
-        return schedule is None or schedule.active

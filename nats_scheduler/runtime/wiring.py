@@ -34,14 +34,14 @@ from typing import Protocol
 from opentelemetry.metrics import MeterProvider
 
 from ..clock import Clock, ServerClock
-from ..core.events import RunRecord, ScheduleRecord, decode_run_event, decode_schedule_event
+from ..core.events import ScheduleRecord, decode_run_event, decode_schedule_event
 from ..core.ownership import owner, owner_key
 from ..core.runcore import RetryPolicy
 from ..core.serverclock import Sample
 from ..jetstream.connection import connect
 from ..jetstream.follower import Follower
 from ..jetstream.history import RunHistory
-from ..jetstream.leases import Claimed, Leases
+from ..jetstream.leases import Leases
 from ..jetstream.presence import Presence
 from ..jetstream.runlog import RunLog
 from ..jetstream.schedulelog import ScheduleLog
@@ -56,10 +56,11 @@ from ..tasks import cancel_and_wait
 from .dispatcher import Dispatcher
 from .firing import Firing
 from .freshness import Freshness
+from .gate import PauseGate
 from .memory import release_freed_memory
 from .metrics import Metrics
 from .retention import Retention
-from .ticker import Fire, FireMany, Ticker
+from .ticker import Ticker
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ class Runtime:
 
     def __init__(
         self, store: Store, *, ledger: Ledger, table: ScheduleTable, clock: Clock, identity: str,
-        metrics: Metrics | None = None,
+        handler: RunHandler, metrics: Metrics | None = None,
     ) -> None:
         settings = store.settings
         clock = ServerClock.wrap(clock)  # fire by the store's clock (docs/architecture.md)
@@ -109,16 +110,26 @@ class Runtime:
         self._clock = clock
         self._identity = identity
         self.freshness = Freshness(store, self._schedules_position, clock)
+        # One Run's path, in order: the ticker plans and fires its due time, the firing
+        # stores it (fresh read, announce, create) and hands it to the dispatcher, which
+        # asks the pause gate once and calls the handler.
+        self.gate = PauseGate(store=store, schedules=self.schedules)
+        self.dispatcher = Dispatcher(
+            runlog=self.runs, ledger=ledger, leases=self.leases, handler=handler, clock=clock,
+            policy=RetryPolicy(settings.retry_attempts, settings.retry_initial,
+                               settings.retry_cap, settings.retry_total),
+            call_timeout=settings.call_timeout, max_concurrent=settings.max_concurrent_dispatch,
+            claim_grace=self.claim_grace, gate=self.gate,
+            metrics=self.metrics)
         self.firing = Firing(store=store, schedules=self.schedules, runs=self.runs, clock=clock,
-                             identity=identity, submit=self.submit, table=table,
-                             freshness=self.freshness, metrics=self.metrics)
-        self.dispatcher: Dispatcher | None = None
-        self.ticker: Ticker | None = None
+                             identity=identity, dispatcher=self.dispatcher, leases=self.leases,
+                             table=table, freshness=self.freshness, metrics=self.metrics)
+        self.ticker = Ticker(clock, self.firing.fire_due, fire_many=self.firing.fire_many,
+                             owns=self._owns_due, exists=self._exists)  # planned once ready
         self.presence: Presence | None = None
         self.admin: Service | None = None
         self.followers: list[Follower] = []
         self._background: list[asyncio.Task[None]] = []
-        self._closing: set[asyncio.Task[None]] = set()
         self.retention = Retention(self.history, table, ledger, clock,
                                    interval=settings.retention_interval, owns=self._owns)
         self.began = clock.now()
@@ -133,7 +144,7 @@ class Runtime:
     @classmethod
     async def connect(
         cls, settings: NatsSettings, *, ledger: Ledger, table: ScheduleTable, clock: Clock,
-        identity: str, meter_provider: MeterProvider | None = None,
+        identity: str, handler: RunHandler, meter_provider: MeterProvider | None = None,
     ) -> Runtime:
         """Connect and prepare the store (streams, lease bucket) and load the projections.
 
@@ -151,7 +162,7 @@ class Runtime:
             await store.check_server()
             await store.ensure()
             runtime = cls(store, ledger=ledger, table=table, clock=clock, identity=identity,
-                          metrics=metrics)
+                          handler=handler, metrics=metrics)
             runtime.began = began
             runtime._began_mark = began_mark
             await runtime._load_projections(settings)
@@ -320,38 +331,15 @@ class Runtime:
     def _exists(self, deployment_id: str, due: datetime) -> bool:
         return self.ledger.get(scheduled_run_id(deployment_id, due)) is not None
 
-    def start_loops(self, handler: RunHandler, settings: NatsSettings, fire: Fire,
-                    fire_many: FireMany | None = None) -> None:
-        """Start the dispatcher's recovery sweep, the ticker (firing through ``fire``), the
-        retention loop and the warm-up of the last day's Runs.
-
-        ``fire`` is the provider's ``fire_due``: one code path for every due time, whether the
-        ticker or a test fires it.
-        """
-        dispatcher = Dispatcher(
-            runlog=self.runs,
-            ledger=self.ledger,
-            leases=self.leases,
-            handler=handler,
-            clock=self._clock,
-            policy=RetryPolicy(settings.retry_attempts, settings.retry_initial,
-                               settings.retry_cap, settings.retry_total),
-            call_timeout=settings.call_timeout,
-            max_concurrent=settings.max_concurrent_dispatch,
-            claim_grace=self.claim_grace,
-            gate=self.firing,
-            metrics=self.metrics,
-        )
-        ticker = Ticker(self._clock, fire, fire_many=fire_many, owns=self._owns_due,
-                        exists=self._exists)  # planned once the table is ready
-        self.dispatcher, self.ticker = dispatcher, ticker
+    def start_loops(self) -> None:
+        """Start the dispatcher's recovery sweep, the ticker (planned once the Schedule table
+        is ready), the retention loop and the warm-up of the last day's Runs."""
+        interval = max(0.2, self.settings.lease_seconds / 5)
         self._background = [
-            asyncio.create_task(ticker.run(), name="ticker"),
-            asyncio.create_task(
-                dispatcher.sweep_forever(max(0.2, settings.lease_seconds / 5)),
-                name="recovery sweep",
-            ),
-            asyncio.create_task(self._become_ready(ticker), name="schedule load and warm-up"),
+            asyncio.create_task(self.ticker.run(), name="ticker"),
+            asyncio.create_task(self.dispatcher.sweep_forever(interval), name="recovery sweep"),
+            asyncio.create_task(self._become_ready(self.ticker),
+                                name="schedule load and warm-up"),
             asyncio.create_task(self.retention.forever(), name="retention"),
         ]
 
@@ -383,20 +371,6 @@ class Runtime:
         """The Schedule stream sequence the Schedule table has applied up to."""
         return self.followers[0].applied_seq if self.followers else 0
 
-    def submit(self, record: RunRecord, *, vetted: bool = False,
-               claimed: Claimed | None = None, created: bool = True) -> None:
-        """Every Run this process stored (fired, Run now, Replay), or opened the key of, passes
-        here once (``firing.Submit`` says what each argument means)."""
-        if created:
-            self.metrics.run_created(record.trigger)
-        if record.finished:
-            if claimed is not None:  # a repeat announced a Run that had ended: close its key
-                task = asyncio.create_task(self.leases.release(claimed.lease, finished=True))
-                self._closing.add(task)
-                task.add_done_callback(self._closing.discard)
-        elif self.dispatcher is not None:
-            self.dispatcher.submit(record.run_id, vetted=vetted, claimed=claimed)
-
     async def serve(self, service: Service) -> None:
         """Run ``service`` as this process's admin service, replacing the one running.
 
@@ -424,10 +398,8 @@ class Runtime:
         if stuck:
             log.warning("%d background task(s) did not stop: %s", len(stuck),
                         ", ".join(sorted(task.get_name() for task in stuck)))
-        if self.ticker is not None:
-            await self.ticker.wait_fires(timeout=5.0)
-        if self.dispatcher is not None:
-            await self.dispatcher.drain(drain_seconds)
+        await self.ticker.wait_fires(timeout=5.0)
+        await self.dispatcher.drain(drain_seconds)
         for follower in self.followers:
             await follower.stop()
         self.metrics.stop()
