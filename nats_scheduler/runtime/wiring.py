@@ -35,9 +35,7 @@ from opentelemetry.metrics import MeterProvider
 
 from ..clock import Clock, ServerClock
 from ..core.events import ScheduleRecord, decode_run_event, decode_schedule_event
-from ..core.ownership import owner, owner_key
 from ..core.runcore import RetryPolicy
-from ..core.serverclock import Sample
 from ..jetstream.connection import connect
 from ..jetstream.follower import Follower
 from ..jetstream.history import RunHistory
@@ -57,6 +55,7 @@ from .dispatcher import Dispatcher
 from .firing import Firing
 from .freshness import Freshness
 from .gate import PauseGate
+from .membership import Membership
 from .memory import release_freed_memory
 from .metrics import Metrics
 from .retention import Retention
@@ -110,6 +109,7 @@ class Runtime:
         self._clock = clock
         self._identity = identity
         self.freshness = Freshness(store, self._schedules_position, clock)
+        self.membership = Membership(store, identity, clock, self.metrics)
         # One Run's path, in order: the ticker plans and fires its due time, the firing
         # stores it (fresh read, announce, create) and hands it to the dispatcher, which
         # asks the pause gate once and calls the handler.
@@ -125,13 +125,14 @@ class Runtime:
                              identity=identity, dispatcher=self.dispatcher, leases=self.leases,
                              table=table, freshness=self.freshness, metrics=self.metrics)
         self.ticker = Ticker(clock, self.firing.fire_due, fire_many=self.firing.fire_many,
-                             owns=self._owns_due, exists=self._exists)  # planned once ready
-        self.presence: Presence | None = None
+                             owns=self.membership.owns_due,
+                             exists=self._exists)  # planned once ready
         self.admin: Service | None = None
         self.followers: list[Follower] = []
         self._background: list[asyncio.Task[None]] = []
         self.retention = Retention(self.history, table, ledger, clock,
-                                   interval=settings.retention_interval, owns=self._owns)
+                                   interval=settings.retention_interval,
+                                   owns=self.membership.owns)
         self.began = clock.now()
         """When this process started, by the store's clock once it is known (the ticker's
         first due times count from here)."""
@@ -210,26 +211,6 @@ class Runtime:
         # reads above must not queue behind 100,000 of them.
         await self.followers[0].subscribe()
 
-    async def _join(self) -> None:
-        """Join the live replicas, so due times get one owner each (runtime/ticker.py).
-
-        Without it (a server or configuration that refuses the replicas bucket) this process
-        fires every due time itself: correct (the store lets one Run per due time win), only
-        more work for the store when several replicas run.
-        """
-        try:
-            clock = self._clock
-            presence = await Presence.open(
-                self.store.js, self.store.names, self._identity, replicas=self.settings.replicas,
-                clock=clock, **({"on_sample": self._observe, "wall": clock.wall_seconds}
-                   if isinstance(clock, ServerClock) else {}))
-            await presence.start()
-        except Exception as exc:
-            log.warning("could not join the live replicas (%s); this replica fires every "
-                        "due time itself", exc)
-            return
-        self.presence = presence
-
     @property
     def ready(self) -> bool:
         """Whether the Schedule table is loaded (and the ticker plans from it)."""
@@ -266,7 +247,7 @@ class Runtime:
                     break
                 except TimeoutError:
                     log.warning("loading the schedules makes no progress; still waiting")
-            await self._join()
+            await self.membership.join()
             self._correct_began()
             records = self.table.all()
             self.table.subscribe(ticker.update)  # changes from now on plan themselves
@@ -286,15 +267,6 @@ class Runtime:
         log.info("schedules loaded: %d (%d planned)", len(records), ticker.planned)
         await self._warm_up()
 
-    def _observe(self, sample: Sample) -> None:
-        """One presence beat's timing: the store's clock estimated again, the offset gauge."""
-        clock = self._clock
-        assert isinstance(clock, ServerClock)
-        clock.observe(sample)
-        offset = clock.offset()
-        if offset is not None:
-            self.metrics.clock_offset(offset)
-
     def _correct_began(self) -> None:
         """``began`` on the store's clock: the first sample came with joining the replicas."""
         clock, mark = self._clock, self._began_mark
@@ -309,24 +281,16 @@ class Runtime:
 
     def server_offset(self) -> tuple[float, float] | None:
         """This host's clock minus the store's and its error bound (seconds); None unknown."""
-        clock = self._clock
-        estimate = clock.estimate() if isinstance(clock, ServerClock) else None
-        return None if estimate is None else (estimate.wall_offset, estimate.wall_error)
+        return self.membership.server_offset()
 
     def live_replicas(self) -> int:
         """How many replicas this one counts live, itself included (1 when alone)."""
-        return len(self.presence.live()) if self.presence is not None else 1
+        return self.membership.live_replicas()
 
-    def _owns_due(self, deployment_id: str, due: datetime) -> bool:
-        return self._owns(owner_key(deployment_id, due))
-
-    def _owns(self, key: str) -> bool:
-        """Whether this replica owns ``key`` among the live ones (all of it when alone)."""
-        presence = self.presence
-        if presence is None:
-            return True
-        members = presence.live()
-        return len(members) == 1 or owner(members, key) == self._identity
+    @property
+    def presence(self) -> Presence | None:
+        """The replicas bucket as this replica watches it (None until it joined, or alone)."""
+        return self.membership.presence
 
     def _exists(self, deployment_id: str, due: datetime) -> bool:
         return self.ledger.get(scheduled_run_id(deployment_id, due)) is not None
@@ -391,9 +355,7 @@ class Runtime:
             # whole stop, and closing the connection below ends the subscriptions anyway.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(admin.stop(), ADMIN_STOP_SECONDS)
-        presence, self.presence = self.presence, None
-        if presence is not None:  # leave first: the others own our due times at once
-            await presence.stop()
+        await self.membership.leave()  # first: the others own our due times at once
         stuck = await cancel_and_wait(self._background, timeout=LOOPS_STOP_SECONDS)
         if stuck:
             log.warning("%d background task(s) did not stop: %s", len(stuck),
