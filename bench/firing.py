@@ -74,7 +74,7 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -91,6 +91,7 @@ from nats_scheduler.core import runcore
 from nats_scheduler.core.events import RunCreated, RunDispatched, decode_run_event, encode
 from nats_scheduler.names import Names
 from nats_scheduler.natsserver.process import NatsServer
+from nats_scheduler.runtime.ticker import DueTime
 from nats_scheduler.seam import EnqueueRequest, RunInvocation, RunPayload, Schedule, Trigger
 
 CALLERS = 64
@@ -535,24 +536,15 @@ async def load_schedules(url: str, prefix: str, schedules: list[Schedule],
 
 class CountingProvider(NatsSchedulerProvider):
     """The provider, counting the due times its ticker fired (the owner's, and any another
-    replica fired after the owner's grace)."""
+    replica fired once the owner left or ran out of patience)."""
 
     def __init__(self, settings: NatsSettings) -> None:
-        super().__init__(settings)
         self.fired: Counter[str] = Counter()
+        super().__init__(settings, fire_observer=self._count)
 
-    async def fire_due(self, deployment_id: str, due_at: datetime) -> Any:
-        try:
-            return await super().fire_due(deployment_id, due_at)
-        finally:
+    def _count(self, due_times: Sequence[DueTime]) -> None:
+        for _, due_at in due_times:
             self.fired[due_at.isoformat()] += 1
-
-    async def fire_many(self, due_times: list[tuple[str, datetime]]) -> int:
-        try:
-            return await super().fire_many(due_times)
-        finally:
-            for _, due_at in due_times:
-                self.fired[due_at.isoformat()] += 1
 
 
 def pending_tasks(provider: NatsSchedulerProvider) -> int:

@@ -41,7 +41,7 @@ from .projections.ledger import Ledger
 from .projections.schedule_table import ScheduleTable
 from .runtime.dispatcher import Dispatcher
 from .runtime.firing import PAUSE_VISIBILITY_SECONDS, Firing
-from .runtime.ticker import Ticker
+from .runtime.ticker import FireObserver, Ticker
 from .runtime.wiring import Runtime
 from .seam import (
     SEAMS_API_VERSION,
@@ -79,9 +79,11 @@ class NatsSchedulerProvider:
     seams_api_version: ClassVar[int] = SEAMS_API_VERSION
 
     def __init__(self, settings: NatsSettings | None = None, *, clock: Clock | None = None,
-                 meter_provider: MeterProvider | None = None) -> None:
+                 meter_provider: MeterProvider | None = None,
+                 fire_observer: FireObserver | None = None) -> None:
         self._given_settings = settings
         self._meter_provider = meter_provider
+        self._fire_observer = fire_observer
         self._settings: NatsSettings | None = None
         self._clock: Clock = clock or SystemClock()
         self._identity = ""
@@ -195,7 +197,8 @@ class NatsSchedulerProvider:
             url_settings = await asyncio.to_thread(self._start_embedded)
         self._running = await Runtime.connect(
             url_settings, ledger=self._ledger, table=self._table, clock=self._clock,
-            identity=self._identity, handler=handler, meter_provider=self._meter_provider)
+            identity=self._identity, handler=handler, meter_provider=self._meter_provider,
+            fire_observer=self._fire_observer)
         self._running.start_loops()
         self._started = True
         if settings.admin_service:

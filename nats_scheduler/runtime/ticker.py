@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -74,6 +74,9 @@ class _Fallback(NamedTuple):
 Fire = Callable[[str, datetime], Awaitable[object]]
 FireMany = Callable[[list[DueTime]], Awaitable[object]]
 """Fire several due times at once (pipelined; runtime/firing.py ``Firing.fire_many``)."""
+FireObserver = Callable[[Sequence[DueTime]], None]
+"""Told of the due times the ticker fires, just before it fires them (tests and benches
+count what each replica fired; the provider takes one as ``fire_observer``)."""
 Check = Callable[[str, datetime], bool]
 """(deployment, due time) -> bool: whether this process owns it / whether its Run exists."""
 
@@ -92,7 +95,8 @@ class Ticker:
                  owns: Check | None = None, fire_many: FireMany | None = None,
                  batch: int = 256, max_concurrent_batches: int = 4,
                  exists: Check | None = None, grace: float = OWNER_GRACE_SECONDS,
-                 patience: float = OWNER_PATIENCE_SECONDS) -> None:
+                 patience: float = OWNER_PATIENCE_SECONDS,
+                 observer: FireObserver | None = None) -> None:
         self._clock = clock
         self._fire = fire
         self._owns = owns
@@ -102,6 +106,7 @@ class Ticker:
         self._exists = exists
         self._grace = timedelta(seconds=grace)
         self._patience = timedelta(seconds=max(grace, patience))
+        self._observer = observer
         self._fallbacks: list[_Fallback] = []
         """Due times left to an owner, a heap by when to look again."""
         self.left_to_owner = 0
@@ -201,6 +206,8 @@ class Ticker:
     def _fire_all_due(self) -> None:
         now = self._clock.now()
         due_now = self._owned_due(now) + self._fallbacks_due(now)
+        if due_now and self._observer is not None:
+            self._observer(due_now)
         if self._fire_many is not None and len(due_now) > 1:
             for start in range(0, len(due_now), self._batch):
                 self._spawn_batch(due_now[start:start + self._batch])

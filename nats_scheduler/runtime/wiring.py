@@ -59,7 +59,7 @@ from .membership import Membership
 from .memory import release_freed_memory
 from .metrics import Metrics
 from .retention import Retention
-from .ticker import Ticker
+from .ticker import FireObserver, Ticker
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,7 @@ class Runtime:
     def __init__(
         self, store: Store, *, ledger: Ledger, table: ScheduleTable, clock: Clock, identity: str,
         handler: RunHandler, metrics: Metrics | None = None,
+        fire_observer: FireObserver | None = None,
     ) -> None:
         settings = store.settings
         clock = ServerClock.wrap(clock)  # fire by the store's clock (docs/architecture.md)
@@ -125,8 +126,8 @@ class Runtime:
                              identity=identity, dispatcher=self.dispatcher, leases=self.leases,
                              table=table, freshness=self.freshness, metrics=self.metrics)
         self.ticker = Ticker(clock, self.firing.fire_due, fire_many=self.firing.fire_many,
-                             owns=self.membership.owns_due,
-                             exists=self._exists)  # planned once ready
+                             owns=self.membership.owns_due, exists=self._exists,
+                             observer=fire_observer)  # planned once ready
         self.admin: Service | None = None
         self.followers: list[Follower] = []
         self._background: list[asyncio.Task[None]] = []
@@ -146,6 +147,7 @@ class Runtime:
     async def connect(
         cls, settings: NatsSettings, *, ledger: Ledger, table: ScheduleTable, clock: Clock,
         identity: str, handler: RunHandler, meter_provider: MeterProvider | None = None,
+        fire_observer: FireObserver | None = None,
     ) -> Runtime:
         """Connect and prepare the store (streams, lease bucket) and load the projections.
 
@@ -163,7 +165,7 @@ class Runtime:
             await store.check_server()
             await store.ensure()
             runtime = cls(store, ledger=ledger, table=table, clock=clock, identity=identity,
-                          handler=handler, metrics=metrics)
+                          handler=handler, metrics=metrics, fire_observer=fire_observer)
             runtime.began = began
             runtime._began_mark = began_mark
             await runtime._load_projections(settings)

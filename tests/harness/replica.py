@@ -48,6 +48,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -57,6 +58,7 @@ import msgspec
 from nats_scheduler.core import calendar, runcore
 from nats_scheduler.names import requested_create_msg_id, requested_run_id
 from nats_scheduler.provider import NatsSchedulerProvider
+from nats_scheduler.runtime.ticker import DueTime
 from nats_scheduler.seam import EnqueueRequest, Run, RunPayload, Schedule, Trigger
 from nats_scheduler.settings import NatsSettings
 
@@ -115,28 +117,23 @@ class FireLoop:
 class ReplicaProvider(NatsSchedulerProvider):
     """The provider, noting every due time its ticker fires.
 
-    A test must see that ALL replicas fired a due time, not only the one whose Run won. The
-    ticker's single code path is the public :meth:`fire_due`, so overriding it records every
-    ticker fire without reaching into the ticker; the replica's own ``fire`` commands go
-    through :meth:`fire_unrecorded` so they are not mistaken for ticker fires.
+    A test must see that ALL replicas fired a due time, not only the one whose Run won: the
+    provider's ``fire_observer`` is told of each due time the ticker fires. The replica's own
+    ``fire`` commands call :meth:`fire_unrecorded` (``fire_due``), which the ticker does not
+    see, so they are not mistaken for ticker fires.
     """
 
     def __init__(self, settings: NatsSettings, clock: OffsetClock | None = None) -> None:
         self.offset_clock = clock or OffsetClock()
-        super().__init__(settings, clock=self.offset_clock)
         self.ticker_fires: list[tuple[str, str]] = []
+        super().__init__(settings, clock=self.offset_clock, fire_observer=self._note_fires)
 
-    async def fire_due(self, deployment_id: str, due_at: datetime) -> Run | None:
-        self.ticker_fires.append((deployment_id, due_at.isoformat()))
-        return await super().fire_due(deployment_id, due_at)
-
-    async def fire_many(self, due_times: list[tuple[str, datetime]]) -> int:
+    def _note_fires(self, due_times: Sequence[DueTime]) -> None:
         self.ticker_fires.extend((dep, due.isoformat()) for dep, due in due_times)
-        return await super().fire_many(due_times)
 
     async def fire_unrecorded(self, deployment_id: str, due_at: datetime) -> Run | None:
         """``fire_due`` as a command, not noted as a ticker fire."""
-        return await super().fire_due(deployment_id, due_at)
+        return await self.fire_due(deployment_id, due_at)
 
 
 def _server_offset(provider: ReplicaProvider) -> float | None:
