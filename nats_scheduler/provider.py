@@ -72,7 +72,9 @@ class NatsSchedulerProvider:
     ``settings`` default to the ``ASTRABOX_NATS_*`` environment, read at ``configure()``.
     ``clock`` is injectable so tests drive due times and retries without waiting.
     ``meter_provider`` receives the metrics (:mod:`runtime.metrics`); None means the global
-    OpenTelemetry one, a no-op unless the host installed an SDK.
+    OpenTelemetry one, a no-op unless the host installed an SDK. ``fire_observer`` is told
+    of the due times this replica's ticker fires, just before it fires them (the test
+    harness and the benches count what each replica fired with it).
     """
 
     name: ClassVar[str] = "nats"
