@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 from nats_scheduler.devhost.cli import main
-from nats_scheduler.devhost.records import DeploymentExists, DeploymentNotFound, DeploymentStore
+from nats_scheduler.devhost.records import (
+    DeploymentExists,
+    DeploymentNotFound,
+    DeploymentStore,
+    use_wal,
+)
 from nats_scheduler.seam import InvalidSchedule, RunPayload, Schedule
 
 
@@ -66,3 +72,32 @@ def test_command_line_changes_records_with_exit_codes(
     assert [(d["deployment_id"], d["version"]) for d in listed] == [("walk", 3)]
     assert main(["sessions", "--db", db]) == 0
     assert "SESSION" in capsys.readouterr().out
+
+
+class _LockedTwice:
+    """A connection whose WAL switch meets another process's lock twice (SQLite answers
+    that at once, without its busy timeout, when two processes open a new file)."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def execute(self, sql: str) -> None:
+        assert sql == "PRAGMA journal_mode=WAL"
+        self.asked += 1
+        if self.asked <= 2:
+            raise sqlite3.OperationalError("database is locked")
+
+
+def test_the_wal_switch_is_asked_again_while_another_process_holds_the_lock() -> None:
+    conn = _LockedTwice()
+    use_wal(conn)  # type: ignore[arg-type]
+    assert conn.asked == 3
+
+
+def test_a_wal_switch_failing_otherwise_is_not_retried() -> None:
+    class Broken:
+        def execute(self, sql: str) -> None:
+            raise sqlite3.OperationalError("disk I/O error")
+
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        use_wal(Broken())  # type: ignore[arg-type]

@@ -77,13 +77,36 @@ class Deployment:
         )
 
 
+WAL_PATIENCE = 30.0
+"""Seconds to keep asking for WAL mode while another process holds the file's lock."""
+
+
 def connect(path: Path) -> sqlite3.Connection:
     """A connection configured for several processes sharing the file."""
     conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
+    use_wal(conn)
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA busy_timeout=30000")
     return conn
+
+
+def use_wal(conn: sqlite3.Connection) -> None:
+    """Switch the file to WAL mode, asking again while another process holds its lock.
+
+    Two processes opening a new file at once both need its write lock to switch it, and
+    SQLite answers "database is locked" at once rather than wait where waiting could
+    deadlock: its busy timeout does not cover this. Seen in CI as a replica of the demo
+    host exiting at start.
+    """
+    deadline = time.monotonic() + WAL_PATIENCE
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.02)  # a lock held by another process: nothing here to wait on
 
 
 def _row(row: tuple) -> Deployment:  # type: ignore[type-arg]

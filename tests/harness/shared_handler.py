@@ -38,6 +38,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from nats_scheduler.devhost.records import use_wal
 from nats_scheduler.seam import RunInvocation, RunPermanentError
 
 _SCHEMA = """
@@ -89,7 +90,7 @@ class CallRecord:
 
 def _connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
+    use_wal(conn)  # several replica processes open the same new file at once
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA busy_timeout=30000")
     return conn
