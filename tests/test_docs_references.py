@@ -44,6 +44,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("nats_scheduler", "admin_tui")
 # The pages that describe the code to a maintainer.
 PAGES = ("architecture.md", "design.md", "failure-modes.md", "operations.md")
+# Code whose docstring maps the docs onto it: the stages of one Run (relative to ROOT).
+DOCSTRINGS = ("nats_scheduler/runtime/__init__.py",)
 # Where a bare file name the docs give may live (besides the packages).
 FILE_ROOTS = ("", "docs", "tests", "tests/faults", "tests/harness", "bench", "cluster")
 _CODE = re.compile(r"`([^`\n]+)`")
@@ -185,7 +187,11 @@ def _index() -> CodeIndex:
 
 
 def _references(page: Path) -> Iterator[tuple[int, str]]:
-    for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+    return _references_in(page.read_text(encoding="utf-8"))
+
+
+def _references_in(text: str) -> Iterator[tuple[int, str]]:
+    for number, line in enumerate(text.splitlines(), 1):
         for match in _CODE.finditer(line):
             yield number, match.group(1).strip()
 
@@ -426,6 +432,18 @@ def test_every_name_a_maintainer_page_gives_exists(page: str, code_index: CodeIn
     settings = _sources()
     wrong = [f"docs/{page}:{number}: `{text}`: {why}"
              for number, text in _references(ROOT / "docs" / page)
+             if (why := problem(code_index, settings, text))]
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("source", DOCSTRINGS)
+def test_every_name_the_run_stages_give_exists(source: str, code_index: CodeIndex) -> None:
+    path = ROOT / source
+    docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
+    assert docstring and "dispatched" in docstring
+    settings = _sources()
+    wrong = [f"{source} docstring line {number}: `{text}`: {why}"
+             for number, text in _references_in(docstring.replace("``", "`"))
              if (why := problem(code_index, settings, text))]
     assert not wrong, "\n".join(wrong)
 
