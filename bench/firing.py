@@ -201,18 +201,23 @@ class CallTally:
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
         self.subjects: list[str] = []
-        """Every subject published to, classified only when read (cheap while measuring)."""
+        """The subjects published to since the last read (appending is all a publish pays)."""
+        self._counts: Counter[str] = Counter()
 
     @property
     def counts(self) -> Counter[str]:
-        return Counter(self.kind(subject) for subject in self.subjects)
+        """Calls by kind so far. Each subject is classified once, at the first read after it
+        was sent: the child replica reports four times a second, and classifying the whole
+        history at each report (700,000 subjects in a 100,000 herd) took 43 % of the
+        replica's CPU, on the event loop it measures."""
+        fresh, self.subjects = self.subjects, []
+        self._counts.update(self.kind(subject) for subject in fresh)
+        return Counter(self._counts)
 
     def install(self, nc: Client) -> None:
         original = nc.publish
-        note = self.subjects.append
-
         async def publish(subject: str, *args: Any, **kwargs: Any) -> None:
-            note(subject)
+            self.subjects.append(subject)
             await original(subject, *args, **kwargs)
 
         nc.publish = publish  # type: ignore[method-assign]
@@ -575,7 +580,7 @@ async def child_main(url: str, prefix: str, count: int, out: Path,
         while True:
             print(json.dumps({"fired": provider.fired, "started": handler.per_due,
                               "calls": tally.counts,
-                              "unfinished": len(provider.ledger.unfinished()),
+                              "unfinished": provider.ledger.unfinished_count(),
                               "tasks": pending_tasks(provider)}), flush=True)
             await asyncio.sleep(0.25)
 
@@ -860,7 +865,7 @@ async def fire_manual(server: NatsServer | Target, count: int, *, boundaries: in
             cpu_before = (time.process_time(), server_cpu(target))
             clock.set(due_at)
             done = await poll(lambda f=fired_before: ticker.fired >= f + count
-                              and not provider.ledger.unfinished()
+                              and provider.ledger.unfinished_count() == 0
                               and pending_tasks(provider) == 0,
                               BOUNDARY_TIMEOUT, interval=0.05)
             done_in = time.time() - origin if done else None
@@ -1007,7 +1012,7 @@ async def enqueue_run(server: NatsServer | Target, *, seconds: float = 10.0,
         await asyncio.gather(*(caller(i) for i in range(CALLERS)))
         elapsed = time.perf_counter() - began
         done = await poll(lambda: handler.admitted >= len(returned)
-                          and not provider.ledger.unfinished()
+                          and provider.ledger.unfinished_count() == 0
                           and pending_tasks(provider) == 0, timeout=120)
         dispatched_in = time.time() - wall if done else None
         after = await counters(js, target.http_urls, names, tally.counts)

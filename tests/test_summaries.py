@@ -100,7 +100,9 @@ def test_the_warm_up_feeds_summaries_not_the_recently_touched_runs() -> None:
     assert ledger.get("done") is None  # only in its deployment's summary
     assert ledger.summary("dep").last is not None
     assert [r.run_id for r in ledger.unfinished()] == ["open"]  # the sweep's work list
+    assert ledger.unfinished_count() == 1
     # a Run this process holds takes a newer state from the history, never an older one
     assert not ledger.apply_history(8, waiting)
     assert ledger.apply_history(9, run("open", created=T0, state=RunState.DISPATCHED))
     assert ledger.unfinished() == [] and ledger.get("open") is not None
+    assert ledger.unfinished_count() == 0

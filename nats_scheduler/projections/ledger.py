@@ -114,6 +114,11 @@ class Ledger:
         """Runs still PENDING or DISPATCHING, cluster-wide."""
         return [record for _, record in self._unfinished.values()]
 
+    def unfinished_count(self) -> int:
+        """How many Runs are still PENDING or DISPATCHING (no list built: progress reports
+        ask several times a second while a herd holds 100,000)."""
+        return len(self._unfinished)
+
     def held(self) -> list[RunRecord]:
         """Every Run held in memory: the unfinished and the recently touched ones."""
         runs = {run_id: record for run_id, (_, record) in self._recent.items()}
