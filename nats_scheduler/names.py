@@ -336,6 +336,10 @@ class Names:
         """Whether ``subject`` is a Run's (stored in the runs stream), not a Schedule's."""
         return subject.startswith(f"{self.prefix}.run.")
 
+    def is_index_subject(self, subject: str) -> bool:
+        """Whether ``subject`` is a deployment's history index (stored in the index stream)."""
+        return subject.startswith(f"{self.prefix}.runidx.")
+
     def run_lookup_filter(self, run_id: str) -> str:
         """Matches the one subject of ``run_id`` whatever its deployment."""
         return f"{self.prefix}.run.*.{token(run_id)}"

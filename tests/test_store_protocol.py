@@ -10,6 +10,7 @@ not after the store's retry budget, and what it saw counts for failing over
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import time
 from collections.abc import AsyncIterator
@@ -117,3 +118,30 @@ async def test_a_lost_compare_and_set_is_not_a_failure(store: Store) -> None:
     assert store._retry._unanswered_since is None
     assert await holder.renew(lease) is None  # the stale revision loses its CAS
     assert store._retry._unanswered_since is None  # a refusal is an answer, not a failure
+
+
+async def test_renewals_made_together_share_one_atomic_batch_and_keep_their_own_answers(
+    store: Store
+) -> None:
+    # A herd's waiting Runs renew their lapsed leases as slots free up, many in one turn of
+    # the event loop: one atomic batch (one fsync on `sync_interval: always`), not one
+    # acknowledged publish each. A lost compare-and-set among them refuses the batch; it is
+    # resent one by one, so every renewal still gets its own answer.
+    leases = Leases(store, ManualClock(datetime.now(UTC)), "holder", 5.0)
+    held = []
+    for i in range(80):  # more than ATOMIC_MIN (64)
+        acquired = await leases.acquire(f"herd-{i}")
+        assert acquired is not None
+        held.append(acquired[0])
+    batches = store.acks.batches_atomic
+    renewed = await asyncio.gather(*(leases.renew(lease) for lease in held))
+    assert all(r is not None and r.revision > lease.revision
+               for r, lease in zip(renewed, held, strict=True))
+    assert store.acks.batches_atomic == batches + 1
+
+    splits = store.acks.batches_split
+    stale = held[7]  # its revision was just replaced: this renewal must lose
+    again = await asyncio.gather(*(leases.renew(lease) for lease in [*renewed[:70], stale]))
+    assert again[-1] is None
+    assert all(r is not None for r in again[:-1])
+    assert store.acks.batches_split == splits + 1

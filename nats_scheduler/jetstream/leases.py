@@ -25,7 +25,9 @@ Every write goes through the store (:class:`~.event_store.LeaseStore`): sent onc
 retried there, so a renewal waits no longer than one publish (its caller retries on the
 next third of a lease), yet what it sees counts for the store's failover like any other
 operation: a holder on a server that stopped answering moves to another one
-(:mod:`.retry`).
+(:mod:`.retry`). The writes made in one turn of the event loop leave together
+(``Store.publish_grouped``): a herd's renewals share one atomic batch and one fsync, and a
+lost compare-and-set among them still gets its own answer.
 """
 
 from __future__ import annotations
@@ -165,6 +167,7 @@ class Leases:
         self._store = store
         self._key = store.names.lease_key
         self._subject = store.names.lease_subject
+        self._stream = store.names.leases_stream
         self._clock = clock
         self._elapsed = elapsed
         self._seen: dict[str, tuple[int, float, float]] = {}
@@ -184,7 +187,8 @@ class Leases:
         if ttl:
             headers[HDR_TTL] = self._ttl_header
         try:
-            ack = await self._store.publish_once(self._subject(run_id), _encode(value), headers)
+            ack = await self._store.publish_grouped(self._stream, self._subject(run_id),
+                                                    _encode(value), headers)
         except nats.js.errors.APIError as exc:
             if errors.is_conflict(exc):
                 raise nats.js.errors.KeyWrongLastSequenceError(exc.description) from exc
@@ -316,8 +320,8 @@ class Leases:
         """
         value = self._value(run_id)
         try:
-            ack = await self._store.publish_once(
-                self._subject(run_id), _encode(value), self._open_headers())
+            ack = await self._store.publish_grouped(
+                self._stream, self._subject(run_id), _encode(value), self._open_headers())
         except nats.js.errors.APIError as exc:
             if not errors.is_conflict(exc):
                 raise

@@ -144,8 +144,11 @@ class Store:
         """Append unconditionally (de-duplicated by ``msg_id``); returns the sequence."""
         headers = {HDR_MSG_ID: msg_id}
 
+        stream = self._stream_of(subject)
+
         async def op() -> int:
-            ack = await self.acks.publish(subject, data, headers)
+            # gathered with this turn's other publishes to the stream (one batch, one fsync)
+            ack = await self.acks.publish_grouped(stream, subject, data, headers)
             return ack.seq
 
         return await self.retrying("could not store an event", op)
@@ -160,6 +163,16 @@ class Store:
         which only schedules a reconnect: it takes no longer than the publish.
         """
         return await self._retry.once(lambda: self.acks.publish(subject, data, headers))
+
+    async def publish_grouped(self, stream: str, subject: str, data: bytes,
+                              headers: dict[str, str] | None = None) -> Ack:
+        """:meth:`publish_once`, gathered with the other publishes to ``stream`` made in the
+        same turn of the event loop (:meth:`AckedPublisher.publish_grouped`): one atomic
+        batch, one acknowledgement and, with ``sync_interval: always``, one fsync, where a
+        herd's lease renewals were one fsync each. A refused batch is resent one message at a
+        time, so the answer (a lost compare-and-set included) is this message's own."""
+        return await self._retry.once(
+            lambda: self.acks.publish_grouped(stream, subject, data, headers))
 
     async def publish_many(self, messages: Sequence[Outgoing]) -> list[Ack | Exception]:
         """Pipelined publishes, one result per message (:meth:`AckedPublisher.publish_many`);
@@ -302,6 +315,8 @@ class Store:
     def _stream_of(self, subject: str) -> str:
         if self.names.is_run_subject(subject):
             return self.names.runs_stream
+        if self.names.is_index_subject(subject):
+            return self.names.index_stream
         return self.names.schedules_stream
 
     async def close(self) -> None:
