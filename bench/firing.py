@@ -216,6 +216,7 @@ class CallTally:
 
     def install(self, nc: Client) -> None:
         original = nc.publish
+
         async def publish(subject: str, *args: Any, **kwargs: Any) -> None:
             self.subjects.append(subject)
             await original(subject, *args, **kwargs)

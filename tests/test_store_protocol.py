@@ -2,9 +2,10 @@
 
 The logs, the history, the followers and the leases see the store only through the
 Protocols of ``jetstream/event_store.py``; the :class:`Store` must offer every member they
-name, with the same parameters. The lease writes go through the store (``publish_once``):
-sent once, so a renewal on a server that stopped answering fails after one publish timeout,
-not after the store's retry budget, and what it saw counts for failing over
+name, with the same parameters. The lease writes go through the store
+(``publish_grouped``: the writes of one turn of the event loop in one atomic batch): sent
+once, so a renewal on a server that stopped answering fails after one publish timeout, not
+after the store's retry budget, and what it saw counts for failing over
 (``jetstream/retry.py``).
 """
 
