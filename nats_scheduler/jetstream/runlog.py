@@ -13,7 +13,8 @@ event is appended on the sequence the writer last saw: the single-writer rule.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from ..core.events import RunCreated, RunEventType, RunRecord, decode_run_event, encode
@@ -29,6 +30,9 @@ from .outcomes import Announcement, Stored
 OWN_WRITES_KEPT = 100_000
 """Own writes remembered until the follower delivers them back (then forgotten)."""
 
+OnRefused = Callable[[int, str, Exception], None]
+"""Told of a followed event the projection refused: (sequence, subject, why)."""
+
 
 class RunProjection(Protocol):
     """Where every Run state this log stores or reads is applied at once (read your writes):
@@ -36,6 +40,10 @@ class RunProjection(Protocol):
 
     def apply(self, seq: int, record: RunRecord) -> bool:
         """Take ``record`` as stored at ``seq`` (an older one is ignored)."""
+        ...
+
+    def apply_event(self, seq: int, event: RunEventType, subject_ids: tuple[str, str]) -> bool:
+        """Take a followed event stored at ``seq`` on the subject of ``subject_ids``."""
         ...
 
 
@@ -57,6 +65,14 @@ class RunLog:
         self._leases = leases
         self._own: dict[str, int] = {}
         """Run subject -> sequence of this process's last write there, until followed."""
+        self._writing: dict[str, list[tuple[int, bytes]]] = {}
+        """Run subject -> the followed events held while a write of this process there is
+        unanswered (see :meth:`followed`)."""
+        self._writes: dict[str, int] = {}
+        """Run subject -> how many writes of this process there are unanswered."""
+        self.on_refused: OnRefused | None = None
+        """Told of a held event the projection refused once it is let go (the follower's
+        poison count); a refusal met at delivery is raised to the follower instead."""
 
     async def announce(self, run: RunRecord) -> Announcement:
         """Write the Run's history entry and open its key, before its ``run.created``.
@@ -117,17 +133,18 @@ class RunLog:
         """
         run = event.run
         subject = self._names.run_subject(run.deployment_id, run.run_id)
-        try:
-            seq, duplicate = await self._store.append(
-                subject, encode(event), expected_seq=0, msg_id=msg_id,
-                retry_seconds=retry_seconds,
-            )
-        except Conflict:
-            duplicate = True
-            seq = 0
-        if duplicate:
-            return await self._stored_first(run)
-        return self._created(subject, seq, run)
+        with self._write_on((subject,)):
+            try:
+                seq, duplicate = await self._store.append(
+                    subject, encode(event), expected_seq=0, msg_id=msg_id,
+                    retry_seconds=retry_seconds,
+                )
+            except Conflict:
+                duplicate = True
+                seq = 0
+            if not duplicate:
+                return self._created(subject, seq, run)
+        return await self._stored_first(run)
 
     async def create_many(
         self, events: Sequence[RunCreated], msg_ids: Sequence[str], *,
@@ -149,21 +166,29 @@ class RunLog:
             (subject, encode(event),
              {HDR_MSG_ID: msg_id, HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: "0"})
             for subject, event, msg_id in zip(subjects, events, msg_ids, strict=True)]
-        acks = await self._store.publish_atomic_or_each(self._names.runs_stream, messages,
-                                                        resend=still_fresh)
+        created: dict[int, Stored] = {}
+        with self._write_on(subjects):
+            acks = await self._store.publish_atomic_or_each(self._names.runs_stream, messages,
+                                                            resend=still_fresh)
+            if not isinstance(acks, Exception):
+                for i, (subject, event, ack) in enumerate(zip(subjects, events, acks,
+                                                              strict=True)):
+                    if not isinstance(ack, Exception) and not ack.duplicate:
+                        # before the held events are let go: ours is then skipped
+                        created[i] = self._created(subject, ack.seq, event.run)
         if isinstance(acks, Exception):
             return [acks] * len(events)  # fired again from a fresh read, one by one
         results: list[Stored | Exception] = []
-        for subject, event, ack in zip(subjects, events, acks, strict=True):
-            if isinstance(ack, Exception) and not errors.is_conflict(ack):
+        for i, (event, ack) in enumerate(zip(events, acks, strict=True)):
+            if i in created:
+                results.append(created[i])
+            elif isinstance(ack, Exception) and not errors.is_conflict(ack):
                 results.append(ack)
-            elif isinstance(ack, Exception) or ack.duplicate:
+            else:  # a lost race, or a resend of ours: read back what the store holds
                 try:
                     results.append(await self._stored_first(event.run))
                 except Exception as exc:
                     results.append(exc)
-            else:
-                results.append(self._created(subject, ack.seq, event.run))
         return results
 
     def _created(self, subject: str, seq: int, run: RunRecord) -> Stored:
@@ -188,13 +213,63 @@ class RunLog:
         """
         run = event.run
         subject = self._names.run_subject(run.deployment_id, run.run_id)
-        seq, _ = await self._store.append(
-            subject, encode(event), expected_seq=expected_seq,
-            msg_id=run_event_msg_id(run.run_id, expected_seq, self._store.decisions.next()),
-        )
-        self._wrote(subject, seq)
-        self._ledger.apply(seq, run)
+        with self._write_on((subject,)):
+            seq, _ = await self._store.append(
+                subject, encode(event), expected_seq=expected_seq,
+                msg_id=run_event_msg_id(run.run_id, expected_seq, self._store.decisions.next()),
+            )
+            self._wrote(subject, seq)
+            self._ledger.apply(seq, run)
         return seq
+
+    @contextlib.contextmanager
+    def _write_on(self, subjects: Sequence[str]) -> Iterator[None]:
+        """While this process's write to ``subjects`` is unanswered, hold the events the
+        follower delivers there (:meth:`followed`); then let them go, skipping the one the
+        write stored (applied already, from the object written, not decoded again)."""
+        writes, writing = self._writes, self._writing
+        for subject in subjects:
+            count = writes.get(subject, 0)
+            writes[subject] = count + 1
+            if not count:
+                writing[subject] = []
+        try:
+            yield
+        finally:
+            for subject in subjects:
+                count = writes.pop(subject) - 1
+                if count:
+                    writes[subject] = count
+                    continue
+                for seq, data in writing.pop(subject):
+                    try:
+                        self._apply_followed(seq, subject, data)
+                    except Exception as exc:  # a poison event: skipped, as the follower does
+                        if self.on_refused is not None:
+                            self.on_refused(seq, subject, exc)
+
+    def followed(self, seq: int, subject: str, data: bytes) -> None:
+        """A Run event the follower delivers: applied to the ledger unless this process
+        wrote it (applied when written).
+
+        The followed copy of a write often arrives before the write's acknowledgement has
+        said which sequence is ours; decoding and applying it then cost a tenth of a busy
+        replica's CPU (docs/benchmarks.md). So an event on a subject this process is writing
+        to waits until that write is answered. Holding it is safe: a Run's events have one
+        writer at a time, the ledger applies by sequence (an older one is ignored), and only
+        the events of that one Run wait, for as long as its write takes.
+        """
+        held = self._writing.get(subject)
+        if held is not None:
+            held.append((seq, data))
+            return
+        self._apply_followed(seq, subject, data)
+
+    def _apply_followed(self, seq: int, subject: str, data: bytes) -> None:
+        if self.own_event(subject, seq):
+            return  # applied when this process wrote it
+        self._ledger.apply_event(seq, decode_run_event(data),
+                                 self._names.run_ids_of_subject(subject))
 
     def _wrote(self, subject: str, seq: int) -> None:
         if len(self._own) >= OWN_WRITES_KEPT:

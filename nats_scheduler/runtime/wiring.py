@@ -34,7 +34,7 @@ from typing import Protocol
 from opentelemetry.metrics import MeterProvider
 
 from ..clock import Clock, ServerClock
-from ..core.events import ScheduleRecord, decode_run_event, decode_schedule_event
+from ..core.events import ScheduleRecord, decode_schedule_event
 from ..core.runcore import RetryPolicy
 from ..jetstream.connection import connect
 from ..jetstream.follower import Follower
@@ -187,20 +187,16 @@ class Runtime:
         def on_schedule(seq: int, _subject: str, data: bytes) -> None:
             self.table.apply(seq, decode_schedule_event(data).schedule)
 
-        def on_run(seq: int, subject: str, data: bytes) -> None:
-            if self.runs.own_event(subject, seq):
-                return  # applied when this process wrote it
-            self.ledger.apply_event(seq, decode_run_event(data), names.run_ids_of_subject(subject))
-
         runs_from = await self.store.last_seq(names.runs_stream) + 1
         self.followers = [
             Follower(self.store, stream=names.schedules_stream,
                      filter_subject=names.schedules_filter, on_message=on_schedule,
                      on_skip=lambda: self.metrics.event_skipped("schedules")),
             Follower(self.store, stream=names.runs_stream, filter_subject=names.runs_filter,
-                     on_message=on_run, from_seq=runs_from,
+                     on_message=self.runs.followed, from_seq=runs_from,
                      on_skip=lambda: self.metrics.event_skipped("runs")),
         ]
+        self.runs.on_refused = self.followers[1].refused
         await self.followers[1].subscribe()  # the Run follower: nothing to replay
         open_runs = await self.store.retrying("could not read the open runs",
                                               self.leases.open_runs)
