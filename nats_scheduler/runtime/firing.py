@@ -68,6 +68,11 @@ _run_id = functools.lru_cache(maxsize=16 * FIRE_BATCH)(scheduled_run_id)
 """The Run ID of a due time (a digest), remembered: a firing needs it for the announcement
 and again for the create."""
 
+_is_due_time = functools.lru_cache(maxsize=4096)(calendar.is_due_time)
+"""Whether an instant is a due time of a calendar, remembered: a batch checks each of its due
+times against the Schedule it reads (its calendar may have changed since the ticker planned
+it), and the Schedules of a busy minute mostly share a few calendars (``0 * * * *``)."""
+
 
 class _Plan(NamedTuple):
     """A due time of a batch whose Schedule the table holds active and due then."""
@@ -335,7 +340,7 @@ class Firing:
             record = self.table.get(deployment_id)
             if record is None or not record.active:
                 continue
-            if not calendar.is_due_time(record.cron, record.timezone, due):
+            if not _is_due_time(record.cron, record.timezone, due):
                 continue  # its calendar changed since the ticker planned it
             plans.append(_Plan(record, due))
         return plans
@@ -351,7 +356,7 @@ class Firing:
             current = self.table.get(item.record.deployment_id)
             if current is None:
                 continue  # deleted meanwhile
-            if current is not item.record and not (current.active and calendar.is_due_time(
+            if current is not item.record and not (current.active and _is_due_time(
                     current.cron, current.timezone, item.due)):
                 continue
             kept.append(item._replace(record=current))
