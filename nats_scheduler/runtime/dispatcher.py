@@ -6,7 +6,8 @@ per attempt follows the contract (docs/contract.md): claim (lease + ``run.claime
 a scheduled Run its creator stored already claimed, the ``run.created`` itself),
 ``start_session``, store the Session ID, ``admit_turn``, store the turn
 (``run.dispatched``). Transient failures wait a bounded, jittered backoff while the lease is
-kept; ``RunPermanentError`` or an exhausted budget ends FAILED.
+kept (renewed by one loop for all the Runs held: :mod:`.holds`); ``RunPermanentError`` or an
+exhausted budget ends FAILED.
 
 A recovery sweep resumes Runs nobody is working on: Runs whose lease expired (their holder
 died or paused), Runs released at a drain, and Runs created by a process that died before it
@@ -30,7 +31,7 @@ from ..core.events import RunEventType, RunRecord
 from ..core.pause_visibility import NOT_STARTED_AFTER_PAUSE
 from ..core.runcore import RetryPolicy
 from ..jetstream.errors import Conflict
-from ..jetstream.leases import Claimed, Lease, Leases
+from ..jetstream.leases import Claimed, Leases
 from ..jetstream.runlog import RunLog
 from ..projections.ledger import Ledger
 from ..seam import (
@@ -40,6 +41,7 @@ from ..seam import (
     SchedulerError,
 )
 from .deadlines import Deadlines
+from .holds import Held, Holds
 from .metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -59,18 +61,6 @@ store's time on renewals; the rest wait unrenewed (docs/architecture.md)."""
 
 class _LostRun(Exception):
     """This process no longer holds the Run (lease lost or another writer appended)."""
-
-
-class _InFlight:
-    """The state of one Run this process is dispatching."""
-
-    def __init__(self, lease: Lease) -> None:
-        self.lease = lease
-        self.renewing = asyncio.Lock()  # the renewer and a fenced append never race their CAS
-        self.lost = False
-        self.in_call = False
-        self.seq = 0
-        self.record: RunRecord | None = None
 
 
 class Dispatcher:
@@ -110,7 +100,7 @@ class Dispatcher:
         self._waiting: OrderedDict[str, Claimed | None] = OrderedDict()
         """Runs waiting for a lease slot, oldest first (taken from the front in O(1): a
         dict's first key is found by skipping every entry deleted before it)."""
-        self._in_flight: dict[str, _InFlight] = {}
+        self._held = Holds(leases, clock)
         self._stopping = False
         self.identity = leases.identity
 
@@ -154,7 +144,7 @@ class Dispatcher:
     @property
     def in_flight(self) -> list[str]:
         """Run IDs this process holds right now."""
-        return list(self._in_flight)
+        return self._held.run_ids()
 
     async def sweep_once(self) -> int:
         """Submit the unfinished Runs nobody live holds, as many as this process has lease
@@ -202,7 +192,7 @@ class Dispatcher:
             self._vetted.discard(run_id)
         self._waiting.clear()
         for run_id, task in list(self._tasks.items()):
-            flight = self._in_flight.get(run_id)
+            flight = self._held.get(run_id)
             if flight is None or not flight.in_call:
                 task.cancel()
         tasks = list(self._tasks.values())
@@ -228,12 +218,10 @@ class Dispatcher:
             if acquired is None:
                 return
             lease, _previous_holder = acquired
-        flight = _InFlight(lease)
-        self._in_flight[run_id] = flight
-        self._metrics.in_flight(+1)
         me = asyncio.current_task()
         assert me is not None
-        renewer = asyncio.create_task(self._renew(flight, me))
+        flight = self._held.take(lease, me)
+        self._metrics.in_flight(+1)
         try:
             await self._attempts(flight, claimed)
         except (_LostRun, Conflict):
@@ -245,8 +233,7 @@ class Dispatcher:
                 await self._hand_back(flight)
             raise
         finally:
-            renewer.cancel()
-            self._in_flight.pop(run_id, None)
+            self._held.drop(flight)
             self._metrics.in_flight(-1)
             if not flight.lost:
                 finished = flight.record is not None and flight.record.finished
@@ -267,7 +254,7 @@ class Dispatcher:
             return None
         return None if renewed is None else dataclasses.replace(claimed, lease=renewed)
 
-    async def _attempts(self, flight: _InFlight, claimed: Claimed | None) -> None:
+    async def _attempts(self, flight: Held, claimed: Claimed | None) -> None:
         if claimed is not None:
             flight.seq, flight.record = claimed.seq, claimed.record
         else:
@@ -304,7 +291,7 @@ class Dispatcher:
             self._metrics.attempt(record.trigger, takeover=claim.takeover_from is not None)
             await self._attempt(flight)
 
-    async def _refused_after_pause(self, flight: _InFlight) -> bool:
+    async def _refused_after_pause(self, flight: Held) -> bool:
         """Ask the firing gate before the first claim; record FAILED what it refuses.
 
         A replica frozen (or cut off) between its fresh Schedule read and the socket write can
@@ -324,7 +311,7 @@ class Dispatcher:
         self._metrics.run_failed(record.trigger, "paused")
         return True
 
-    async def _attempt(self, flight: _InFlight) -> None:
+    async def _attempt(self, flight: Held) -> None:
         """One attempt: start_session, store it, admit_turn, store it; or record the failure."""
         assert flight.record is not None
         record = flight.record
@@ -352,7 +339,7 @@ class Dispatcher:
         except Exception as exc:
             await self._after_transient(flight, exc)
 
-    async def _after_transient(self, flight: _InFlight, exc: Exception) -> None:
+    async def _after_transient(self, flight: Held, exc: Exception) -> None:
         assert flight.record is not None
         timed_out = isinstance(exc, TimeoutError)
         reason = runcore.describe_failure(exc, timed_out=timed_out)
@@ -373,7 +360,7 @@ class Dispatcher:
         self,
         method: Callable[[RunInvocation], Awaitable[str]],
         invocation: RunInvocation,
-        flight: _InFlight,
+        flight: Held,
     ) -> str:
         async with self._calls:  # the setting bounds handler calls, not the bookkeeping
             flight.in_call = True
@@ -387,7 +374,7 @@ class Dispatcher:
             raise ValueError(f"the handler returned {type(result).__name__}, not an ID")
         return result
 
-    async def _append(self, flight: _InFlight, event: RunEventType) -> None:
+    async def _append(self, flight: Held, event: RunEventType) -> None:
         """Append on the last sequence this holder saw, and only while it holds the lease.
 
         A holder that was paused or starved past its lease's expiry re-proves ownership with
@@ -398,14 +385,14 @@ class Dispatcher:
         """
         if flight.lost:
             raise _LostRun()
-        if self._clock.now() >= flight.lease.value.expires_at and not await self._renew_once(
+        if self._clock.now() >= flight.lease.value.expires_at and not await self._held.renew_once(
             flight
         ):
             raise _LostRun()
         flight.seq = await self._runlog.append(flight.seq, event)
         flight.record = event.run
 
-    async def _hand_back(self, flight: _InFlight) -> None:
+    async def _hand_back(self, flight: Held) -> None:
         """At a drain: mark the Run released so any replica resumes it at once."""
         record = flight.record
         if record is None or record.finished:
@@ -416,32 +403,3 @@ class Dispatcher:
                                  now=self._clock.now(), actor=self.identity)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(asyncio.shield(self._runlog.append(flight.seq, event)), 2.0)
-
-    async def _renew_once(self, flight: _InFlight) -> bool:
-        """Extend the lease by CAS now; False (and ``lost``) once it is someone else's."""
-        async with flight.renewing:
-            if flight.lost:
-                return False
-            try:
-                renewed = await self._leases.renew(flight.lease)
-            except Exception:
-                if self._clock.now() < flight.lease.value.expires_at:
-                    return True  # store trouble; the lease still runs, try again later
-                renewed = None
-            if renewed is None:
-                flight.lost = True
-                log.warning("lost the lease of run %s", flight.lease.run_id)
-                return False
-            flight.lease = renewed
-            return True
-
-    async def _renew(self, flight: _InFlight, task: asyncio.Task[None]) -> None:
-        """Extend the lease every third of its length; cancel the dispatch if it is lost."""
-        while True:
-            # elapsed time, not a wall-clock instant: a clock stepped back must not stop the
-            # renewals of a live holder (tests/faults/test_faults_clock.py)
-            await sleep_for(self._clock, self._leases.lease_seconds / 3)
-            if not await self._renew_once(flight):
-                task.cancel()
-                return
-
