@@ -119,9 +119,13 @@ class Holds:
             await sleep_for(self._clock, self._look())
             now = self.elapsed()
             due = [held for held in self._held.values() if held.renew_at <= now]
-            if due:
-                await asyncio.gather(*(self._renew(held, now + self._interval())
-                                       for held in due))
+            if not due:
+                continue
+            results = await asyncio.gather(*(self._renew(held, now + self._interval())
+                                              for held in due), return_exceptions=True)
+            for result in results:  # never expected; logged, and the loop goes on for the rest
+                if isinstance(result, Exception):
+                    log.error("renewing a lease failed", exc_info=result)
 
     async def _renew(self, held: Held, next_at: float) -> None:
         held.renew_at = next_at
