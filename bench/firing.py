@@ -571,9 +571,12 @@ async def started(provider: NatsSchedulerProvider,
 
 
 async def child_main(url: str, prefix: str, count: int, out: Path,
-                     stream_replicas: int = 1) -> None:
-    """One replica: fire and dispatch until stdin closes, printing progress as JSON lines."""
-    provider = CountingProvider(settings_for(url, prefix, count, replicas=stream_replicas))
+                     stream_replicas: int = 1, sync_always: bool = False) -> None:
+    """One replica: fire and dispatch until stdin closes, printing progress as JSON lines.
+    ``sync_always``: the server syncs every write, and the replica is told so, as the docs
+    tell operators (``ASTRABOX_NATS_SERVER_SYNC_ALWAYS``)."""
+    provider = CountingProvider(settings_for(url, prefix, count, replicas=stream_replicas,
+                                             server_sync_always=sync_always))
     handler, tally = await started(provider, prefix)
     print(json.dumps({"ready": provider.identity}), flush=True)
 
@@ -610,8 +613,10 @@ class Child:
 
     @classmethod
     async def spawn(cls, url: str, prefix: str, count: int, out: Path,
-                    stream_replicas: int = 1) -> Child:
+                    stream_replicas: int = 1, sync_always: bool = False) -> Child:
         extra = ["--uvloop"] if USE_UVLOOP else []
+        if sync_always:
+            extra.append("--server-sync-always")
         proc = await asyncio.create_subprocess_exec(
             sys.executable, str(SCRIPT), "--child", "--url", url,
             "--prefix", prefix, "--schedules", str(count), "--out", str(out),
@@ -774,7 +779,7 @@ async def fire_real(server: NatsServer | Target, count: int, *, replicas: int = 
                                       target.stream_replicas)
     workdir = Path(tempfile.mkdtemp(prefix="firing-"))
     children = [await Child.spawn(target.url, prefix, count, workdir / f"child{r}.json",
-                                  target.stream_replicas)
+                                  target.stream_replicas, target.sync_always)
                 for r in range(replicas)]
     nc = await nats.connect(target.url.split(","))
     js = nc.jetstream(timeout=30)
@@ -850,7 +855,8 @@ async def fire_manual(server: NatsServer | Target, count: int, *, boundaries: in
     names = Names(prefix)
     clock = ManualClock(datetime(2030, 6, 1, 12, 0, 30, tzinfo=UTC))
     provider = NatsSchedulerProvider(
-        settings_for(target.url, prefix, count, replicas=target.stream_replicas), clock=clock)
+        settings_for(target.url, prefix, count, replicas=target.stream_replicas,
+                     server_sync_always=target.sync_always), clock=clock)
     handler, tally = await started(provider, prefix)
     nc = await nats.connect(target.url.split(","))
     js = nc.jetstream(timeout=30)
@@ -989,7 +995,8 @@ async def enqueue_run(server: NatsServer | Target, *, seconds: float = 10.0,
     target = target_of(server)
     names = Names(prefix)
     provider = NatsSchedulerProvider(
-        settings_for(target.url, prefix, CALLERS, replicas=target.stream_replicas))
+        settings_for(target.url, prefix, CALLERS, replicas=target.stream_replicas,
+                     server_sync_always=target.sync_always))
     handler, tally = await started(provider, prefix)
     nc = await nats.connect(target.url.split(","))
     js = nc.jetstream(timeout=30)
@@ -1139,6 +1146,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prefix", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--stream-replicas", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--server-sync-always", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.manual and args.replicas != [1]:
         parser.error("--manual runs one in-process provider: it cannot be combined with "
@@ -1162,6 +1170,7 @@ if __name__ == "__main__":
     arguments = parse()
     if arguments.child:
         run(child_main(arguments.url, arguments.prefix, arguments.schedules, arguments.out,
-                       arguments.stream_replicas), arguments.uvloop)
+                       arguments.stream_replicas, arguments.server_sync_always),
+            arguments.uvloop)
     else:
         run(main(arguments), arguments.uvloop)

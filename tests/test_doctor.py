@@ -127,6 +127,19 @@ def test_durability_check() -> None:
     assert "unknown" in durability_check([]).detail
 
 
+def test_durability_check_compares_what_the_provider_was_told_of_the_server() -> None:
+    """``ASTRABOX_NATS_SERVER_SYNC_ALWAYS`` sizes the provider's atomic batches: the doctor
+    says when it disagrees with what the monitoring endpoints report."""
+    ok, lax = Varz("http://a", True, 1), Varz("http://b", False, 120_000_000_000)
+    assert durability_check([ok], declared=True).status == Status.OK
+    unset = durability_check([ok], declared=False)
+    assert unset.status == Status.WARN
+    assert "ASTRABOX_NATS_SERVER_SYNC_ALWAYS is not set" in unset.detail
+    wrong = durability_check([lax], declared=True)
+    assert wrong.status == Status.WARN and "unset it" in wrong.detail
+    assert "unset it" not in durability_check([lax], declared=False).detail
+
+
 def test_replication_check() -> None:
     single: tuple[str | None, int] = (None, 1)
     clustered: tuple[str | None, int] = ("astrabox", 3)
@@ -283,11 +296,13 @@ async def test_doctor_fails_a_replica_whose_host_clock_is_seconds_off(
 async def test_doctor_on_the_production_config_per_user(tmp_path: Path) -> None:
     with prod_server(tmp_path / "nats") as server:
         async with running(server.url, "SCHED", user="scheduler",
-                           password=PASSWORDS["scheduler"]) as provider:
+                           password=PASSWORDS["scheduler"],
+                           server_sync_always=True) as provider:
             service = await start_admin_service(provider)
             try:
                 reports = {user: await run_doctor(
-                    NatsSettings(url=server.url, user=user, password=PASSWORDS[user]),
+                    NatsSettings(url=server.url, user=user, password=PASSWORDS[user],
+                                 server_sync_always=True),
                     monitor_url=server.http_url) for user in PASSWORDS}
             finally:
                 await service.stop()

@@ -146,3 +146,28 @@ async def test_renewals_made_together_share_one_atomic_batch_and_keep_their_own_
     assert again[-1] is None
     assert all(r is not None for r in again[:-1])
     assert store.acks.batches_split == splits + 1
+
+
+@pytest.mark.parametrize("sync_always, atomic", [(False, 0), (True, 1)])
+async def test_a_server_declared_to_sync_every_write_gets_atomic_batches_from_sixteen(
+    fresh_nats_server: NatsServer, sync_always: bool, atomic: int,
+) -> None:
+    # ASTRABOX_NATS_SERVER_SYNC_ALWAYS: on such a server a plain publish waits for a sync
+    # of its own, so 20 writes made together leave as one atomic batch; on a server that
+    # does not, a batch that small costs more than 20 pipelined publishes (jetstream/acks.py).
+    config = settings(fresh_nats_server.url, unique_prefix(), server_sync_always=sync_always)
+    store = Store(await connect(config, "sync-test"), config)
+    await store.ensure()
+    try:
+        leases = Leases(store, ManualClock(datetime.now(UTC)), "holder", 5.0)
+        held = []
+        for i in range(20):
+            acquired = await leases.acquire(f"small-{i}")
+            assert acquired is not None
+            held.append(acquired[0])
+        batches = store.acks.batches_atomic
+        renewed = await asyncio.gather(*(leases.renew(lease) for lease in held))
+        assert all(r is not None for r in renewed)
+        assert store.acks.batches_atomic == batches + atomic
+    finally:
+        await store.close()

@@ -191,10 +191,10 @@ def _fetch_varz(url: str) -> Varz:
     return parse_varz(url, data)
 
 
-async def _durability(monitor_url: str | None) -> Check:
+async def _durability(monitor_url: str | None, declared: bool) -> Check:
     urls = [u.strip() for u in (monitor_url or "").split(",") if u.strip()]
     nodes = await asyncio.gather(*(asyncio.to_thread(_fetch_varz, u) for u in urls))
-    return durability_check(list(nodes))
+    return durability_check(list(nodes), declared)
 
 
 class _Replica(msgspec.Struct):
@@ -287,7 +287,7 @@ async def run_doctor(settings: NatsSettings, *, monitor_url: str | None = None) 
         nc, log = await _connect(settings)
     except SchedulerError as exc:
         return DoctorReport([Check("connection", Status.FAIL, str(exc)),
-                             await _durability(monitor_url)])
+                             await _durability(monitor_url, settings.server_sync_always)])
     try:
         # nats-py keeps the server's INFO (server name, cluster, connect URLs) to itself:
         # nats-io/nats.py nats/aio/client.py Client has no public property for them. The
@@ -303,7 +303,7 @@ async def run_doctor(settings: NatsSettings, *, monitor_url: str | None = None) 
         checks.append(await _retention(nc, settings, log))
         nodes = len({url.netloc for url in nc.servers})
         checks.append(replication_check(cluster, nodes, replicas, settings.replicas))
-        checks.append(await _durability(monitor_url))
+        checks.append(await _durability(monitor_url, settings.server_sync_always))
         checks.append(permissions_check(await capabilities(nc, log, names, _TIMEOUT)))
         clock, live = await _clock(nc, names, log)
         checks.append(clock)

@@ -131,8 +131,10 @@ def _duration(ns: int | None) -> str:
     return f"{seconds / 60:g}m" if seconds >= 60 and seconds % 60 == 0 else f"{seconds:g}s"
 
 
-def durability_check(nodes: Sequence[Varz]) -> Check:
-    """WARN unless every node's monitoring endpoint shows ``sync_interval: always``."""
+def durability_check(nodes: Sequence[Varz], declared: bool | None = None) -> Check:
+    """WARN unless every node's monitoring endpoint shows ``sync_interval: always``, and
+    when ``declared`` (the setting ``server_sync_always``) disagrees with what they show:
+    the provider sizes its atomic batches by it (jetstream/acks.py)."""
     if not nodes:
         return Check("durability", Status.WARN,
                      "unknown: no monitoring URL given (doctor --monitor-url "
@@ -141,15 +143,27 @@ def durability_check(nodes: Sequence[Varz]) -> Check:
     unknown = [n for n in nodes if n.sync_always is None]
     if lax:
         shown = ", ".join(f"{n.url} ({_duration(n.sync_interval_ns)})" for n in lax)
+        mismatch = (f"; and {_SYNC_SETTING}=true says it does: small atomic batches cost "
+                    f"more than plain publishes on such a server, unset it"
+                    if declared else "")
         return Check("durability", Status.WARN,
                      f"sync_interval is not 'always' on {shown}: the server acknowledges "
                      "writes before they reach disk, and a crash or power loss can lose an "
-                     "acknowledged Run; set `jetstream { sync_interval: always }`")
+                     "acknowledged Run; set `jetstream { sync_interval: always }`" + mismatch)
     if unknown:
         shown = ", ".join(f"{n.url} ({n.error})" for n in unknown)
         return Check("durability", Status.WARN, f"unknown on {shown}")
+    if declared is False:
+        return Check("durability", Status.WARN,
+                     f"sync_interval always (fsync before ack) on {len(nodes)} node(s), but "
+                     f"{_SYNC_SETTING} is not set: set it to true, so that writes made "
+                     "together leave as atomic batches from 16 messages on (one sync each), "
+                     "not 64 (docs/configuration.md)")
     return Check("durability", Status.OK,
                  f"sync_interval always (fsync before ack) on {len(nodes)} node(s)")
+
+
+_SYNC_SETTING = "ASTRABOX_NATS_SERVER_SYNC_ALWAYS"
 
 
 _WRITES = ("append Schedule events", "append Run events", "change leases", "announce replicas",

@@ -54,7 +54,8 @@ MAX_ATOMIC = 1000
 """Messages one atomic batch may hold (the server's limit, ADR-50)."""
 
 ATOMIC_MIN = 64
-"""Fewer messages than this go as pipelined publishes, not as an atomic batch.
+"""Fewer messages than this go as pipelined publishes, not as an atomic batch (the server's
+fsync interval not declared: :data:`ATOMIC_MIN_SYNC_ALWAYS` when it is ``always``).
 
 On nats-server 2.15.1 an atomic batch costs the server a sync: 6-9 ms for 2 to 100 messages
 on this machine whatever the fsync setting, batches to one stream one after the other. With
@@ -62,6 +63,14 @@ on this machine whatever the fsync setting, batches to one stream one after the 
 on the default interval a small batch loses to pipelined publishes (0.9 ms each, many in
 flight). From 64 messages on a batch wins on both (bench/firing.py at 5,000 Runs, both
 settings; docs/architecture.md, "Firing at scale")."""
+
+ATOMIC_MIN_SYNC_ALWAYS = 16
+""":data:`ATOMIC_MIN` for a server declared to sync every write (the setting
+``server_sync_always``): there a plain publish waits for its own sync, so smaller batches
+win. Run now with 64 callers on ``sync_interval: always`` (bench/firing.py --enqueue,
+2026-12-04): 1,891 Runs/s from 16 messages on, 1,800/s from 2, 1,596/s from 64. On the
+default interval the same thresholds cost Run now 26 % (1,870/s from 16 against 2,527/s
+from 64), hence a declared setting, not one threshold for both."""
 
 GROUP_MAX = 256
 """Publishes :meth:`AckedPublisher.publish_grouped` gathers into one batch at most."""
@@ -105,9 +114,12 @@ def _refusal(error: _ApiError) -> Exception:
 class AckedPublisher:
     """Publish to JetStream and await each acknowledgement, many at a time."""
 
-    def __init__(self, nc: Client, *, timeout: float = 2.0) -> None:
+    def __init__(self, nc: Client, *, timeout: float = 2.0,
+                 atomic_min: int = ATOMIC_MIN) -> None:
         self._nc = nc
         self._timeout = timeout
+        self._atomic_min = atomic_min
+        """Groups this large or larger go as an atomic batch (:data:`ATOMIC_MIN`)."""
         self._prefix = ""
         self._tokens = itertools.count(1)
         self._pending: dict[str, tuple[asyncio.Future[Ack], float]] = {}
@@ -236,7 +248,7 @@ class AckedPublisher:
         that failure, as a lone publish would. A stream that does not allow atomic batches
         gets pipelined publishes from then on.
         """
-        if ATOMIC_MIN <= len(messages) <= MAX_ATOMIC and stream not in self.not_atomic:
+        if self._atomic_min <= len(messages) <= MAX_ATOMIC and stream not in self.not_atomic:
             acks = await self.publish_atomic(messages)
             if not isinstance(acks, Exception):
                 self.batches_atomic += 1

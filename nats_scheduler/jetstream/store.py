@@ -33,7 +33,7 @@ from nats.js.kv import KeyValue
 from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_MSG_ID, Names
 from ..settings import NatsSettings
 from . import errors, setup
-from .acks import Ack, AckedPublisher, Outgoing
+from .acks import ATOMIC_MIN, ATOMIC_MIN_SYNC_ALWAYS, Ack, AckedPublisher, Outgoing
 from .connection import check_server
 from .decisions import DecisionNonces
 from .direct import Answer, Request, reader_of
@@ -60,7 +60,8 @@ class Store:
                  count_error: Callable[[str], None] | None = None) -> None:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream(timeout=2.0)
-        self.acks = AckedPublisher(nc, timeout=2.0)
+        self.acks = AckedPublisher(nc, timeout=2.0, atomic_min=(
+            ATOMIC_MIN_SYNC_ALWAYS if settings.server_sync_always else ATOMIC_MIN))
         self.settings = settings
         self.names = Names(settings.prefix)
         self.decisions = DecisionNonces()
