@@ -86,7 +86,8 @@ async def test_the_cluster_runs_the_provider_r3_with_fsync(
 
         await eventually(dispatched, timeout=15)
     report = await run_doctor(
-        NatsSettings(url=urls, user="operator", password=PASSWORDS["operator"]),
+        NatsSettings(url=urls, user="operator", password=PASSWORDS["operator"],
+                     server_sync_always=True),
         monitor_url=",".join(n.http_url for n in cluster))
     assert report.get("replication").status == Status.OK, report.lines()
     assert "R3" in report.get("replication").detail

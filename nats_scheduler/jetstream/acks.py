@@ -115,10 +115,10 @@ class AckedPublisher:
     """Publish to JetStream and await each acknowledgement, many at a time."""
 
     def __init__(self, nc: Client, *, timeout: float = 2.0,
-                 atomic_min: int = ATOMIC_MIN) -> None:
+                 atomic_min: int | None = None) -> None:
         self._nc = nc
         self._timeout = timeout
-        self._atomic_min = atomic_min
+        self._atomic_min = ATOMIC_MIN if atomic_min is None else atomic_min
         """Groups this large or larger go as an atomic batch (:data:`ATOMIC_MIN`)."""
         self._prefix = ""
         self._tokens = itertools.count(1)
