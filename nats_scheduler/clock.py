@@ -50,6 +50,16 @@ async def sleep_for(clock: Clock, seconds: float) -> None:
         await clock.sleep_until(clock.now() + timedelta(seconds=seconds))
 
 
+def elapsed_seconds(clock: Clock) -> float:
+    """Seconds on the time :func:`sleep_for` waits by: the event loop's monotonic clock for
+    a clock that can wait on elapsed time, the clock's own time for any other (an injected
+    one, moved by hand). For periods measured between two looks, as ``sleep_for`` waits
+    them."""
+    if getattr(clock, "sleep", None) is not None:
+        return asyncio.get_running_loop().time()
+    return clock.now().timestamp()
+
+
 class SystemClock:
     """The real clock: wall time from the OS, waits on the event loop."""
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ..clock import Clock, sleep_for
+from ..clock import Clock, elapsed_seconds, sleep_for
 from ..core.events import RunRecord
 from ..jetstream.leases import Lease, Leases
 
@@ -79,13 +79,10 @@ class Holds:
         return list(self._held)
 
     def elapsed(self) -> float:
-        """Seconds on the clock renewals are timed by: the event loop's monotonic clock for
-        the real clock (a wall-clock step must neither stop the renewals of a live holder
-        nor bunch them: tests/faults/test_faults_clock.py), the clock's own time for an
-        injected one (tests move it by hand)."""
-        if getattr(self._clock, "sleep", None) is not None:
-            return asyncio.get_running_loop().time()
-        return self._clock.now().timestamp()
+        """Seconds renewals are timed by (:func:`~nats_scheduler.clock.elapsed_seconds`): a
+        wall-clock step must neither stop the renewals of a live holder nor bunch them
+        (tests/faults/test_faults_clock.py)."""
+        return elapsed_seconds(self._clock)
 
     async def renew_once(self, held: Held) -> bool:
         """Extend the lease by CAS now; False (and ``lost``) once it is someone else's."""
