@@ -138,9 +138,9 @@ async def test_scheduler_runs_the_provider_and_the_admin_service(tmp_path: Path)
         finally:
             await nc.close()
     assert {a for a, ok in can.items() if ok} == {
-        "read events", "watch events", "read leases", "read replicas", "append Schedule events",
-        "append Run events", "change leases", "announce replicas", "create streams",
-        "serve the admin service"}
+        "read events", "read the history index", "watch events", "read leases",
+        "read replicas", "append Schedule events", "append Run events", "change leases",
+        "announce replicas", "create streams", "serve the admin service"}
 
 
 async def test_scheduler_cannot_destroy_or_leave_its_namespace(tmp_path: Path) -> None:
