@@ -34,15 +34,16 @@ from .core.events import (
     ScheduleRecord,
     encode,
 )
-from .jetstream.runlog import RunLog
-from .jetstream.schedulelog import Decide as ScheduleDecision
+from .jetstream.ports import JetStreamPorts
 from .jetstream.store import Store
+from .ports.runs import RunJournal
+from .ports.schedules import Decide as ScheduleDecision
 from .projections.ledger import Ledger
 from .projections.schedule_table import ScheduleTable
 from .runtime.dispatcher import Dispatcher
 from .runtime.firing import PAUSE_VISIBILITY_SECONDS, Firing
 from .runtime.ticker import FireObserver, Ticker
-from .runtime.wiring import Runtime
+from .runtime.wiring import PortsFactory, Runtime
 from .seam import (
     SEAMS_API_VERSION,
     EnqueueRequest,
@@ -73,8 +74,8 @@ class NatsSchedulerProvider:
     ``clock`` is injectable so tests drive due times and retries without waiting.
     ``meter_provider`` receives the metrics (:mod:`runtime.metrics`); None means the global
     OpenTelemetry one, a no-op unless the host installed an SDK. ``fire_observer`` is told
-    of the due times this replica's ticker fires, just before it fires them (the test
-    harness and the benches count what each replica fired with it).
+    of the due times this replica's ticker fires (the harness and benches count with it).
+    ``ports`` builds the store's ports instead of a JetStream connection (the simulation's).
     """
 
     name: ClassVar[str] = "nats"
@@ -82,8 +83,10 @@ class NatsSchedulerProvider:
 
     def __init__(self, settings: NatsSettings | None = None, *, clock: Clock | None = None,
                  meter_provider: MeterProvider | None = None,
-                 fire_observer: FireObserver | None = None) -> None:
+                 fire_observer: FireObserver | None = None,
+                 ports: PortsFactory | None = None) -> None:
         self._given_settings = settings
+        self._ports = ports
         self._meter_provider = meter_provider
         self._fire_observer = fire_observer
         self._settings: NatsSettings | None = None
@@ -154,15 +157,15 @@ class NatsSchedulerProvider:
         return self._running.firing if self._running else None
 
     @property
-    def runlog(self) -> RunLog:
+    def runlog(self) -> RunJournal:
         """The Run events' log (writes and leader reads), while started."""
         return self._require_started().runs
 
     @property
     def store(self) -> Store:
-        if self._running is None:
-            raise SchedulerUnavailable("the scheduler has not been started")
-        return self._running.store
+        ports = self._require_started().ports  # the JetStream store: the admin service's
+        assert isinstance(ports, JetStreamPorts), "this provider runs on JetStream"
+        return ports.store
 
     async def enforce_retention(self) -> int:
         """Apply the history retention now (it also runs every ``retention_interval``)."""
@@ -200,7 +203,7 @@ class NatsSchedulerProvider:
         self._running = await Runtime.connect(
             url_settings, ledger=self._ledger, table=self._table, clock=self._clock,
             identity=self._identity, handler=handler, meter_provider=self._meter_provider,
-            fire_observer=self._fire_observer)
+            fire_observer=self._fire_observer, ports=self._ports)
         self._running.start_loops()
         self._started = True
         if settings.admin_service:
@@ -275,7 +278,7 @@ class NatsSchedulerProvider:
         running = await self._require_ready()
         wanted = list(schedules)
         validation.check_reconcile(wanted)
-        limit = validation.max_schedule_event_bytes(running.store.max_payload)
+        limit = validation.max_schedule_event_bytes(running.ports.max_payload)
         for schedule in wanted:
             self._check_size(schedule, limit)
         proven = await running.freshness.confirm(since=asyncio.get_running_loop().time())
@@ -311,7 +314,7 @@ class NatsSchedulerProvider:
         running = await self._require_ready()
         validation.check_schedule(schedule)
         self._check_size(schedule,
-                         validation.max_schedule_event_bytes(running.store.max_payload))
+                         validation.max_schedule_event_bytes(running.ports.max_payload))
         await running.schedules.write(schedule.deployment_id, self._apply_decision(schedule))
 
     def _apply_decision(self, schedule: Schedule) -> ScheduleDecision:

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from ..core.events import RunRecord, ScheduleRecord
-from ..jetstream.follower import Follower
 from ..jetstream.store import Store
+from ..ports.feeds import Feed
 from ..projections.ledger import Ledger
 from ..projections.schedule_table import ScheduleTable
 from ..seam import EnqueueRequest, Run
@@ -45,7 +45,7 @@ class RunningReplica(Protocol):
     def metrics(self) -> MetricsSource: ...
 
     @property
-    def followers(self) -> Sequence[Follower]:
+    def followers(self) -> Sequence[Feed]:
         """The projections' followers, with what each skipped (``poisoned``)."""
         ...
 

@@ -35,7 +35,7 @@ from nats.js.client import JetStreamContext
 from ..clock import Clock, SystemClock
 from ..core.events import RunRecord, ScheduleRecord, decode_schedule_event
 from ..jetstream.connection import server_version
-from ..jetstream.history import RunHistory
+from ..jetstream.history_reads import PagedHistory
 from ..jetstream.leases import LeaseValue
 from ..jetstream.runlog import RunLog
 from ..jetstream.store import Store
@@ -253,11 +253,11 @@ class StoreReader:
             table.apply(item.seq, decode_schedule_event(item.data).schedule)
         return table
 
-    def reads(self) -> tuple[RunHistory, RunReads]:
+    def reads(self) -> tuple[PagedHistory, RunReads]:
         """History reads over this connection (the provider's own code, no process needed)."""
         store = Store(self.nc, NatsSettings(prefix=self.names.prefix,
                                             store_retry_seconds=self.timeout))
-        history = RunHistory(store)
+        history = PagedHistory(store)
         return history, RunReads(history, RunLog(store, Ledger()), Ledger(), self.clock)
 
     async def ledger(self, deployments: list[str]) -> Ledger:

@@ -25,10 +25,11 @@ from ..names import (
     HDR_TIME_STAMP,
     untoken,
 )
+from ..ports.history import Indexed, IndexEntry, IndexPosition
 from .event_store import HistoryStore
-from .history_writes import IndexEntry, IndexPosition, IndexWriter, decode_entry
+from .history_writes import IndexWriter, decode_entry
 
-__all__ = ["IndexEntry", "IndexPosition", "RunHistory", "retention_slice"]
+__all__ = ["IndexEntry", "IndexPosition", "RunHistory"]
 
 SLACK = timedelta(seconds=60)
 """How far the server's storing time of an index entry may be from its Run's ``created_at``
@@ -141,16 +142,17 @@ class RunHistory:
                 found[record.run_id] = (seq, record)
         return found
 
-    async def entries(self, deployment_id: str) -> list[_Stored]:
+    async def entries(self, deployment_id: str) -> list[Indexed]:
         """Every retained entry of the deployment, oldest first (a thousand per read; for
         the invariant checker, which judges pages against the whole index)."""
         subject = self._names.index_subject(deployment_id)
-        found: list[_Stored] = []
+        found: list[Indexed] = []
         seq = 1
         while True:
             msgs = await self._store.direct_batch(self._names.index_stream, {
                 "seq": seq, "next_by_subj": subject, "batch": MAX_BATCH})
-            found.extend(s for s in map(_index_entry, msgs) if s is not None)
+            found.extend(Indexed(s.seq, s.entry) for s in map(_index_entry, msgs)
+                         if s is not None)
             if len(msgs) < MAX_BATCH:
                 return found
             seq = int((msgs[-1].headers or {}).get(HDR_SEQUENCE, 0)) + 1
@@ -339,19 +341,3 @@ class RunHistory:
         if msgs:
             return int((msgs[0].headers or {}).get(HDR_SEQUENCE, 0))
         return await self._store.last_seq(self._names.runs_stream) + 1
-
-
-def retention_slice(deployments: Sequence[str], cursor: int, interval: float,
-                    round_seconds: float) -> tuple[list[str], int]:
-    """The deployments one retention pass visits, and where the next pass starts.
-
-    Passes every ``interval`` seconds visit consecutive slices so that every deployment is
-    visited at least once per ``round_seconds`` (all of them each pass when the interval is
-    that long or longer).
-    """
-    if not deployments:
-        return [], 0
-    passes = max(1, int(round_seconds // interval)) if interval < round_seconds else 1
-    size = -(-len(deployments) // passes)  # ceil
-    start = cursor if cursor < len(deployments) else 0
-    return list(deployments[start:start + size]), start + size

@@ -24,16 +24,16 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
 
 import msgspec
 
 from ..core import validation
 from ..core.events import RunRecord, decode_run_event
+from ..ports.history import IndexEntry, Page
 from .direct import Answer, Request
 from .event_store import HistoryStore
 from .history import SPARE, RunHistory, _index_entry, _Stored
-from .history_writes import IndexEntry, decode_entry
+from .history_writes import decode_entry
 
 MAX_WINDOW = 1000
 """Index entries one window read asks for."""
@@ -50,18 +50,6 @@ _LAST = "\U0010ffff"
 _NONE = (datetime.min.replace(tzinfo=UTC), "")
 """Sorts before every key."""
 
-
-
-class Page(NamedTuple):
-    """A page of the history as the server holds it."""
-
-    runs: list[RunRecord]
-    """Newest first by ``(created_at, run_id)``."""
-    cursor: RunRecord | None
-    """The ``before`` Run, as read (or as the caller knew it)."""
-    oldest_seq: int | None
-    """The index sequence of the deployment's oldest retained entry (None: none is): a
-    finished Run whose entry lies below it has left the history."""
 
 
 def _key(record: RunRecord) -> tuple[datetime, str]:
@@ -313,3 +301,16 @@ def _one_run(answer: Answer) -> RunRecord | None:
         return decode_run_event(answer.messages[0].data).run
     except msgspec.DecodeError:
         return None  # not an event of ours: never let it break a read
+
+
+class PagedHistory(RunHistory):
+    """The Run history port over JetStream: the index, its retention (:class:`RunHistory`)
+    and its pages (:class:`HistoryPages`)."""
+
+    def __init__(self, store: HistoryStore) -> None:
+        super().__init__(store)
+        self._pages = HistoryPages(self)
+
+    async def page(self, deployment_id: str, limit: int, before: str | None,
+                   known_cursor: RunRecord | None, now: datetime) -> Page:
+        return await self._pages.page(deployment_id, limit, before, known_cursor, now)

@@ -18,9 +18,10 @@ when the two orders are one, and the writers make them one:
 Entries so written say so (``IndexEntry.ordered``); pages read the entries of older
 releases, which do not, with a tolerance.
 
-Within a process, the announcements of one deployment take turns (:class:`Turns`), each
-starting from the entry the one before wrote: a burst of one deployment's Runs (``fire_due``
-over many due times, a volley of Run nows) costs one write per Run, not a race per Run.
+Within a process, the announcements of one deployment wait for the one being written and go
+next, together, after the entry it wrote (:meth:`IndexWriter.announce`): a burst of one
+deployment's Runs (``fire_due`` over many due times, a volley of Run nows) costs what it
+cost before, not a race per Run.
 Across processes a lost compare-and-set reads the deployment's last entry from the stream
 leader and tries again; an entry another announcer of the same Run stored first (found by
 its ``Nats-Msg-Id``, or as the last entry) is that Run's, and its key is adopted.
@@ -29,9 +30,8 @@ its ``Nats-Msg-Id``, or as the last entry) is that Run's, and its key is adopted
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -45,6 +45,7 @@ from ..names import (
     HDR_SUBJECT,
     index_msg_id,
 )
+from ..ports.history import IndexEntry, IndexPosition
 from . import errors
 from .acks import Outgoing
 from .errors import Conflict
@@ -55,6 +56,14 @@ TICK = timedelta(microseconds=1)
 (or reads earlier: another replica's clock, a step back): the smallest step a ``datetime``
 keeps."""
 
+TAILS_KEPT = 4096
+"""Deployments whose last entry this process remembers (the one it wrote last, or read): the
+next announcement of one of them needs no read first. One a moment stale costs a lost race
+(the compare-and-set refuses it), never a wrong order."""
+
+GROUP_MAX = 100
+"""Announcements of one deployment written together, at most (one atomic batch)."""
+
 MAX_RACES = 64
 """Compare-and-sets one announcement may lose in a row (each lost one means another writer
 appended to the same deployment meanwhile) before it gives up as unavailable."""
@@ -63,33 +72,8 @@ MAX_SUBJECTS = 1000
 """Subjects one "last message per subject" read asks for (the server refuses over 1,024)."""
 
 
-class IndexEntry(msgspec.Struct, frozen=True):
-    """One Run in its deployment's history index (``P.runidx.<deployment>``)."""
-
-    run_id: str
-    created_at: datetime
-    ordered: bool = False
-    """Appended by compare-and-set after the deployment's last entry with a later
-    ``created_at``, and that ``created_at`` is the Run's own (release 0.2 on): from such an
-    entry back, the index is in the Runs' order. Entries of older releases lack it."""
-
-    @property
-    def key(self) -> tuple[datetime, str]:
-        """The history's order: ``created_at``, then ``run_id``."""
-        return (self.created_at, self.run_id)
-
-
 _encode = msgspec.json.Encoder().encode
 decode_entry = msgspec.json.Decoder(IndexEntry).decode
-
-
-class IndexPosition(NamedTuple):
-    """Where a Run stands in its deployment's history."""
-
-    seq: int
-    """The sequence of the Run's index entry (recorded on the Run as ``index_seq``)."""
-    created_at: datetime
-    """The entry's ``created_at``: the Run's own, the key it is listed by."""
 
 
 class Tail(NamedTuple):
@@ -115,39 +99,15 @@ def _entry_of(data: bytes) -> IndexEntry | None:
         return None  # not ours: it still holds a place in the order
 
 
-class _Turn:
-    __slots__ = ("lock", "tail", "users")
+class _Lane:
+    """The announcements of one deployment waiting in this process, and the entry the last
+    group of them wrote (the next group's tail). Kept only while some wait."""
+
+    __slots__ = ("tail", "waiting")
 
     def __init__(self) -> None:
-        self.lock = asyncio.Lock()
-        self.users = 0
+        self.waiting: list[tuple[RunRecord, asyncio.Future[IndexPosition]]] = []
         self.tail: Tail | None = None
-        """The entry the last holder of the turn wrote (None: read it from the leader)."""
-
-
-class Turns:
-    """Per-deployment turns of this process's announcements (and the tail each leaves for
-    the next). Held only while someone waits: nothing is kept per deployment at rest."""
-
-    def __init__(self) -> None:
-        self._turns: dict[str, _Turn] = {}
-
-    @contextlib.asynccontextmanager
-    async def of(self, subject: str) -> AsyncIterator[_Turn]:
-        turn = self._turns.get(subject)
-        if turn is None:
-            turn = self._turns[subject] = _Turn()
-        turn.users += 1
-        try:
-            async with turn.lock:
-                yield turn
-        finally:
-            turn.users -= 1
-            if not turn.users:
-                del self._turns[subject]
-
-    def __len__(self) -> int:
-        return len(self._turns)
 
 
 class IndexWriter:
@@ -156,7 +116,9 @@ class IndexWriter:
     def __init__(self, store: HistoryStore) -> None:
         self._store = store
         self._names = store.names
-        self._turns = Turns()
+        self._lanes: dict[str, _Lane] = {}
+        self._known: OrderedDict[str, Tail] = OrderedDict()
+        """The last entry of recently written deployments (:data:`TAILS_KEPT`)."""
 
     async def announce(self, record: RunRecord) -> IndexPosition:
         """Store ``record``'s index entry after its deployment's last one; its position.
@@ -165,33 +127,124 @@ class IndexWriter:
         clock). Idempotent: a Run announced already (by this or another process) keeps the
         entry it has, and its key. Raises ``SchedulerUnavailable`` when the store fails, or
         when other writers keep appending to the deployment first (:data:`MAX_RACES`).
+
+        The announcements of one deployment made while one is being written wait and are
+        written next, together: up to :data:`GROUP_MAX` entries as one atomic batch (one
+        acknowledgement, one sync), each after the one before, the first by
+        compare-and-set on the deployment's last entry (a volley of Run nows costs what it
+        cost before entries were ordered, not a round trip and a sync each).
         """
         subject = self._names.index_subject(record.deployment_id)
-        async with self._turns.of(subject) as turn:
-            # The last entry as the one before left it, else as a direct get finds it (one
-            # round trip, no leader needed: a tail read a moment stale costs a lost race)
-            tail = turn.tail if turn.tail is not None else (
-                await self._tails([subject])).get(subject)
-            for _ in range(MAX_RACES):
+        future: asyncio.Future[IndexPosition] = asyncio.get_running_loop().create_future()
+        lane = self._lanes.get(subject)
+        if lane is not None:  # a group is being written: this one joins the next
+            lane.waiting.append((record, future))
+            return await future
+        lane = self._lanes[subject] = _Lane()
+        lane.waiting.append((record, future))
+        try:
+            while lane.waiting:
+                group, lane.waiting = lane.waiting[:GROUP_MAX], lane.waiting[GROUP_MAX:]
+                await self._write_group(subject, lane, group)
+        except BaseException as exc:
+            for _, waiting in lane.waiting:
+                if not waiting.done():
+                    waiting.set_exception(errors.unavailable("could not record a run", exc))
+            raise
+        finally:
+            del self._lanes[subject]
+            self._remember(subject, lane.tail)
+        return await future
+
+    def _remember(self, subject: str, tail: Tail | None) -> None:
+        known = self._known
+        if tail is None:
+            known.pop(subject, None)
+            return
+        known[subject] = tail
+        known.move_to_end(subject)
+        while len(known) > TAILS_KEPT:
+            known.popitem(last=False)
+
+    async def _write_group(self, subject: str, lane: _Lane,
+                           group: list[tuple[RunRecord, asyncio.Future[IndexPosition]]]) -> None:
+        """Write one group's entries and settle each announcement's future."""
+        try:
+            if lane.tail is None:
+                # remembered, else as a direct get finds it: a tail a moment stale costs a
+                # lost race, never a wrong order
+                lane.tail = self._known.get(subject) or (
+                    await self._tails([subject])).get(subject)
+            chain: list[tuple[RunRecord, IndexEntry]] = []
+            waiters: dict[str, list[asyncio.Future[IndexPosition]]] = {}
+            tail = lane.tail
+            for record, future in group:
                 if tail is not None and tail.entry is not None and (
                         tail.entry.run_id == record.run_id):
-                    turn.tail = tail
-                    return IndexPosition(tail.seq, tail.entry.created_at)  # announced before
-                entry = IndexEntry(run_id=record.run_id,
-                                   created_at=after(tail, record.created_at), ordered=True)
-                try:
-                    seq, duplicate = await self._store.append(
-                        subject, _encode(entry), expected_seq=tail.seq if tail else 0,
-                        msg_id=index_msg_id(record.run_id))
-                except Conflict:
-                    tail = await self._leader_tail(subject)
+                    future.set_result(IndexPosition(tail.seq, tail.entry.created_at))
+                    continue  # announced before: its entry is the deployment's last
+                if record.run_id in waiters:
+                    waiters[record.run_id].append(future)  # the same Run twice in a group
                     continue
-                if not duplicate:
-                    turn.tail = Tail(seq, entry)
-                    return IndexPosition(seq, entry.created_at)
-                # Another announcer's entry for this Run, met by its Msg-Id: the Run's.
-                turn.tail = None
-                return await self._adopt(subject, seq, record)
+                before = chain[-1][1].created_at if chain else None
+                at = after(tail, record.created_at) if before is None else (
+                    record.created_at if record.created_at > before else before + TICK)
+                chain.append((record, IndexEntry(run_id=record.run_id, created_at=at,
+                                                 ordered=True)))
+                waiters[record.run_id] = [future]
+            positions = await self._append_chain(subject, lane, chain)
+            for (record, _), position in zip(chain, positions, strict=True):
+                for future in waiters[record.run_id]:
+                    future.set_result(position)
+        except BaseException as exc:
+            for _, future in group:
+                if not future.done():
+                    future.set_exception(exc if isinstance(exc, Exception) else
+                                         errors.unavailable("could not record a run", exc))
+            if not isinstance(exc, Exception):
+                raise
+
+    async def _append_chain(self, subject: str, lane: _Lane,
+                            chain: list[tuple[RunRecord, IndexEntry]]) -> list[IndexPosition]:
+        """Append ``chain`` after ``lane.tail``: as one atomic batch when it holds several
+        and the stream takes it, else (or when it is refused: a lost race, a Run announced
+        before by another process) one by one."""
+        if len(chain) > 1:
+            tail = lane.tail
+            messages: list[Outgoing] = [
+                (subject, _encode(entry), {HDR_MSG_ID: index_msg_id(record.run_id)})
+                for record, entry in chain]
+            messages[0][2][HDR_EXPECTED_LAST_SUBJECT_SEQUENCE] = str(tail.seq if tail else 0)
+            acks = await self._store.publish_atomic(self._names.index_stream, messages)
+            if not isinstance(acks, Exception):
+                lane.tail = Tail(acks[-1].seq, chain[-1][1])
+                return [IndexPosition(ack.seq, entry.created_at)
+                        for ack, (_, entry) in zip(acks, chain, strict=True)]
+        return [await self._one(subject, lane, record) for record, _ in chain]
+
+    async def _one(self, subject: str, lane: _Lane, record: RunRecord) -> IndexPosition:
+        """One entry, by compare-and-set after ``lane.tail``, read again after a lost race."""
+        tail = lane.tail
+        for _ in range(MAX_RACES):
+            if tail is not None and tail.entry is not None and (
+                    tail.entry.run_id == record.run_id):
+                lane.tail = tail
+                return IndexPosition(tail.seq, tail.entry.created_at)  # announced before
+            entry = IndexEntry(run_id=record.run_id,
+                               created_at=after(tail, record.created_at), ordered=True)
+            try:
+                seq, duplicate = await self._store.append(
+                    subject, _encode(entry), expected_seq=tail.seq if tail else 0,
+                    msg_id=index_msg_id(record.run_id))
+            except Conflict:
+                tail = await self._leader_tail(subject)
+                continue
+            if not duplicate:
+                lane.tail = Tail(seq, entry)
+                return IndexPosition(seq, entry.created_at)
+            # Another announcer's entry for this Run, met by its Msg-Id: the Run's.
+            lane.tail = None
+            return await self._adopt(subject, seq, record)
         raise errors.unavailable(
             f"could not record run {record.run_id!r} in the history of deployment "
             f"{record.deployment_id!r}: other writers kept adding runs first")
@@ -210,7 +263,10 @@ class IndexWriter:
         for i, record in enumerate(records):
             queues.setdefault(self._names.index_subject(record.deployment_id),
                               deque()).append(i)
-        tails = await self._tails(list(queues))
+        tails = {s: tail for s in queues if (tail := self._known.get(s)) is not None}
+        unknown = [s for s in queues if s not in tails]
+        if unknown:
+            tails.update(await self._tails(unknown))
         contested: dict[str, deque[int]] = {}
         while queues:
             sent: list[tuple[str, int, IndexEntry]] = []
@@ -239,9 +295,11 @@ class IndexWriter:
                     for j in queue:
                         results[j] = ack
                     queue.clear()
+                    tails.pop(subject, None)  # unanswered: its last entry is not known
                 elif isinstance(ack, Exception) or ack.duplicate:
                     contested[subject] = queue  # lost a race, or announced before
                     del queues[subject]
+                    tails.pop(subject, None)
                     continue
                 else:
                     results[i] = IndexPosition(ack.seq, entry.created_at)
@@ -249,6 +307,9 @@ class IndexWriter:
                     queue.popleft()
                 if not queue:
                     del queues[subject]
+
+        for subject, tail in tails.items():
+            self._remember(subject, tail)
 
         async def one_by_one(queue: deque[int]) -> None:
             for i in queue:

@@ -334,3 +334,19 @@ def _bounded_put(pending: dict[int, _V], revision: int, value: _V) -> None:
     pending[revision] = value
     while len(pending) > PENDING_BEATS:
         del pending[next(iter(pending))]
+
+
+class JetStreamReplicas:
+    """The live replicas port over the replicas bucket (:class:`Presence` per replica)."""
+
+    def __init__(self, js: JetStreamContext, names: Names, *, replicas: int) -> None:
+        self._js = js
+        self._names = names
+        self._replicas = replicas
+
+    async def open(self, identity: str, *, clock: Clock,
+                   on_sample: Callable[[Sample], None] | None = None,
+                   wall: Callable[[], float] | None = None) -> Presence:
+        """Bind the bucket (creating it on first use) for ``identity``; not started."""
+        return await Presence.open(self._js, self._names, identity, replicas=self._replicas,
+                                   clock=clock, on_sample=on_sample, wall=wall or time.time)

@@ -15,36 +15,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Protocol
+from datetime import datetime
 
 from ..core.events import RunCreated, RunEventType, RunRecord, decode_run_event, encode
 from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_MSG_ID, run_event_msg_id
+from ..ports.runs import Announcement, RunProjection, Stored
 from . import errors
 from .acks import Outgoing
 from .errors import Conflict
-from .event_store import EventLog
+from .event_store import EventStore
+from .follower import Follower
 from .history import IndexPosition, RunHistory
 from .leases import Lease, Leases
-from .outcomes import Announcement, Stored
 
 OWN_WRITES_KEPT = 100_000
 """Own writes remembered until the follower delivers them back (then forgotten)."""
 
 OnRefused = Callable[[int, str, Exception], None]
 """Told of a followed event the projection refused: (sequence, subject, why)."""
-
-
-class RunProjection(Protocol):
-    """Where every Run state this log stores or reads is applied at once (read your writes):
-    the runtime's ``Ledger``."""
-
-    def apply(self, seq: int, record: RunRecord) -> bool:
-        """Take ``record`` as stored at ``seq`` (an older one is ignored)."""
-        ...
-
-    def apply_event(self, seq: int, event: RunEventType, subject_ids: tuple[str, str]) -> bool:
-        """Take a followed event stored at ``seq`` on the subject of ``subject_ids``."""
-        ...
 
 
 class RunLog:
@@ -55,7 +43,7 @@ class RunLog:
     """
 
     def __init__(
-        self, store: EventLog, ledger: RunProjection, *, history: RunHistory | None = None,
+        self, store: EventStore, ledger: RunProjection, *, history: RunHistory | None = None,
         leases: Leases | None = None,
     ) -> None:
         self._store = store
@@ -298,6 +286,24 @@ class RunLog:
         if mine == seq:
             del self._own[subject]
         return True
+
+    async def end(self) -> int:
+        """The Run events' last sequence, from the stream leader (0: none)."""
+        return await self._store.last_seq(self._names.runs_stream)
+
+    def feed(self, *, from_seq: int, on_skip: Callable[[], None] | None = None) -> Follower:
+        """An ordered consumer of the Run events from ``from_seq`` on, into :meth:`followed`;
+        a held event the projection refuses later counts as the consumer's skip."""
+        follower = Follower(self._store, stream=self._names.runs_stream,
+                            filter_subject=self._names.runs_filter, on_message=self.followed,
+                            from_seq=from_seq, on_skip=on_skip)
+        self.on_refused = follower.refused
+        return follower
+
+    async def first_stored_at(self, deployment_id: str, run_id: str) -> datetime | None:
+        """When the stream leader stored the Run's first event (its server timestamp)."""
+        first = await self._store.next(self._names.run_subject(deployment_id, run_id))
+        return None if first is None else first.stored_at
 
     async def fetch(self, deployment_id: str, run_id: str) -> tuple[int, RunRecord] | None:
         """The stored state of a Run (leader read), also applied to the ledger."""

@@ -19,18 +19,17 @@ from datetime import datetime, timedelta
 from ..clock import Clock
 from ..core import validation
 from ..core.events import RunRecord
-from ..jetstream.history import RunHistory
-from ..jetstream.history_reads import HistoryPages
-from ..jetstream.runlog import RunLog
+from ..ports.history import RunHistory
+from ..ports.runs import RunJournal
 from .ledger import FAILURE_MEMORY, Ledger
 
 
 class RunReads:
     """``get_run`` and ``list_runs`` over the server's history and the local ledger."""
 
-    def __init__(self, history: RunHistory, runs: RunLog, ledger: Ledger, clock: Clock) -> None:
+    def __init__(self, history: RunHistory, runs: RunJournal, ledger: Ledger,
+                 clock: Clock) -> None:
         self._history = history
-        self._pages = HistoryPages(history)
         self._runs = runs
         self._ledger = ledger
         self._clock = clock
@@ -56,7 +55,7 @@ class RunReads:
         """
         now = self._clock.now()
         cursor = self._ledger.get(before) if before is not None else None
-        history = await self._pages.page(deployment_id, limit, before, cursor, now)
+        history = await self._history.page(deployment_id, limit, before, cursor, now)
         age = self._history.retention_age
         # The server drops aged entries a little after they age: judge the age here too.
         page = [r for r in history.runs if not r.finished or r.created_at >= now - age]

@@ -32,11 +32,6 @@ from ..clock import Clock
 from ..core import calendar, runcore, validation
 from ..core.events import RunCreated, RunRecord, ScheduleRecord
 from ..core.pause_visibility import FIRE_READ_MAX_AGE, PAUSE_VISIBILITY_SECONDS
-from ..jetstream.event_store import EventStore
-from ..jetstream.leases import Claimed, Lease, Leases
-from ..jetstream.outcomes import Announcement, Stored
-from ..jetstream.runlog import RunLog
-from ..jetstream.schedulelog import ScheduleLog
 from ..names import (
     enqueued_create_msg_id,
     random_run_id,
@@ -45,6 +40,10 @@ from ..names import (
     scheduled_create_msg_id,
     scheduled_run_id,
 )
+from ..ports import StorePorts
+from ..ports.leases import Claimed, Lease, LeaseTable
+from ..ports.runs import Announcement, RunJournal, Stored
+from ..ports.schedules import ScheduleJournal
 from ..projections.schedule_table import ScheduleTable
 from ..seam import EnqueueRequest, InvalidSchedule, RunPayload, SchedulerUnavailable, Trigger
 from .dispatcher import Dispatcher
@@ -103,13 +102,13 @@ class Firing:
     it (or when it cannot prove it) each firing reads its Schedule from the leader.
     """
 
-    store: EventStore
-    schedules: ScheduleLog
-    runs: RunLog
+    store: StorePorts
+    schedules: ScheduleJournal
+    runs: RunJournal
     clock: Clock
     identity: str
     dispatcher: Dispatcher
-    leases: Leases
+    leases: LeaseTable
     table: ScheduleTable | None = None
     freshness: Freshness | None = None
     metrics: Metrics = field(default_factory=Metrics.disabled)

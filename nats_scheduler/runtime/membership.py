@@ -1,6 +1,6 @@
 """This replica among the live ones: who owns which due time, and the store's clock.
 
-Joining the replicas bucket (:mod:`nats_scheduler.jetstream.presence`) gives every due time
+Joining the live replicas (:mod:`nats_scheduler.ports.replicas`) gives every due time
 and every retention slice one owner among the live replicas (rendezvous hashing,
 :mod:`nats_scheduler.core.ownership`). The same beat, a put every second, is timed against
 the server's stamp on it and feeds this replica's estimate of the store's clock
@@ -19,8 +19,7 @@ from datetime import datetime
 from ..clock import Clock, ServerClock
 from ..core.ownership import owner, owner_key
 from ..core.serverclock import Sample
-from ..jetstream.presence import Presence
-from ..jetstream.store import Store
+from ..ports.replicas import Members, ReplicaRegistry
 from .metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -29,20 +28,20 @@ log = logging.getLogger(__name__)
 class Membership:
     """The live replicas as this one sees them, once :meth:`join` has run."""
 
-    def __init__(self, store: Store, identity: str, clock: Clock, metrics: Metrics) -> None:
-        self._store = store
+    def __init__(self, replicas: ReplicaRegistry, identity: str, clock: Clock,
+                 metrics: Metrics) -> None:
+        self._replicas = replicas
         self._identity = identity
         self._clock = clock
         self._metrics = metrics
-        self.presence: Presence | None = None
+        self.presence: Members | None = None
 
     async def join(self) -> None:
         """Put this replica's key and watch the others' (a warning, never a failure)."""
         clock = self._clock
         try:
-            presence = await Presence.open(
-                self._store.js, self._store.names, self._identity,
-                replicas=self._store.settings.replicas, clock=clock,
+            presence = await self._replicas.open(
+                self._identity, clock=clock,
                 **({"on_sample": self._observe, "wall": clock.wall_seconds}
                    if isinstance(clock, ServerClock) else {}))
             await presence.start()
