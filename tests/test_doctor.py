@@ -296,14 +296,16 @@ async def test_doctor_fails_a_replica_whose_host_clock_is_seconds_off(
 async def test_doctor_on_the_production_config_per_user(tmp_path: Path) -> None:
     with prod_server(tmp_path / "nats") as server:
         async with running(server.url, "SCHED", user="scheduler",
-                           password=PASSWORDS["scheduler"],
+                           password=PASSWORDS["scheduler"], service_user="service",
+                           service_password=PASSWORDS["service"],
                            server_sync_always=True) as provider:
             service = await start_admin_service(provider)
             try:
+                # every user that connects to the store (``service`` only serves requests)
                 reports = {user: await run_doctor(
                     NatsSettings(url=server.url, user=user, password=PASSWORDS[user],
                                  server_sync_always=True),
-                    monitor_url=server.http_url) for user in PASSWORDS}
+                    monitor_url=server.http_url) for user in PASSWORDS if user != "service"}
             finally:
                 await service.stop()
     for user, report in reports.items():
