@@ -69,10 +69,15 @@ def test_start_refuses_servers_older_than_2_12_3(version: str) -> None:
     assert version_check(version).status == Status.FAIL
 
 
-@pytest.mark.parametrize("version", ["2.12.3", "2.12.10", "2.15.1", "3.0.0"])
+@pytest.mark.parametrize("version", ["2.12.3", "2.12.5", "2.12.6", "2.12.10", "2.15.1", "3.0.0"])
 def test_start_accepts_2_12_3_and_newer(version: str) -> None:
+    """From 2.12.3 on; the doctor warns below 2.12.6, where the identity an operator action
+    records (the server's Nats-Request-Info header) could be forged."""
     require_version(version)
-    assert version_check(version).status == Status.OK
+    forgeable = parse_version(version) < (2, 12, 6)
+    check = version_check(version)
+    assert check.status == (Status.WARN if forgeable else Status.OK)
+    assert ("CVE-2026-33223" in check.detail) == forgeable
     assert MIN_SERVER_VERSION == (2, 12, 3)
 
 
