@@ -15,6 +15,7 @@ from enum import StrEnum
 
 from ..core.herd import HERD_LATENESS_SECONDS, herd_capacity, replicas_needed
 from ..jetstream.connection import MIN_SERVER_VERSION, parse_version
+from ..names import HDR_REQUEST_INFO
 from ..settings import NatsSettings
 from .reader import Retention
 from .skew import OFFSET_FAIL_SECONDS, OFFSET_WARN_SECONDS, offset_level
@@ -73,7 +74,7 @@ def version_check(text: str) -> Check:
                      f"publishes had clustered-correctness fixes up to {_MIN}); upgrade")
     if version < REQUEST_INFO_PROVEN:
         return Check("server version", Status.WARN,
-                     f"{text}: the server does not fully strip a client's Nats-Request-Info "
+                     f"{text}: the server does not fully strip a client's {HDR_REQUEST_INFO} "
                      "header (CVE-2026-33223, CVE-2026-33246), so the user an operator action "
                      "records could be forged; upgrade to 2.12.6 or newer")
     return Check("server version", Status.OK, f"{text} (needs {_MIN}+)")
