@@ -162,8 +162,8 @@ def test_replication_check() -> None:
 
 def test_permissions_check_names_the_role() -> None:
     every = [p.ability for p in probes(Names("P"))]
-    reads = {"read events", "watch events", "read leases", "read replicas",
-             "read through the admin service"}
+    reads = {"read events", "read the history index", "watch events", "read leases",
+             "read replicas", "read through the admin service"}
     acts = reads | {"request actions (hold, release, Run now, Replay)"}
     writes = reads | {"append Schedule events", "append Run events", "change leases",
                       "announce replicas", "create streams", "serve the admin service"}
@@ -178,6 +178,9 @@ def test_permissions_check_names_the_role() -> None:
     assert check(reads | {"append Run events"}).status == Status.WARN  # partial writer
     # a scheduler user of a config from before the replicas bucket: cannot announce itself
     assert check(writes - {"announce replicas"}).status == Status.WARN
+    # ... or from before 0.2: cannot read a deployment's last history entry from the leader
+    old = check(writes - {"read the history index"})
+    assert old.status == Status.WARN and "history entry" in old.detail
     assert check(set()).status == Status.FAIL
 
 

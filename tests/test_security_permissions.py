@@ -138,8 +138,9 @@ async def test_scheduler_runs_the_provider_and_the_admin_service(tmp_path: Path)
         finally:
             await nc.close()
     assert {a for a, ok in can.items() if ok} == {
-        "read events", "watch events", "read leases", "read replicas", "append Schedule events",
-        "append Run events", "change leases", "announce replicas", "create streams"}
+        "read events", "read the history index", "watch events", "read leases",
+        "read replicas", "append Schedule events", "append Run events", "change leases",
+        "announce replicas", "create streams"}
 
 
 async def test_the_service_user_serves_the_admin_service_and_nothing_else(

@@ -182,6 +182,7 @@ _SYNC_SETTING = "ASTRABOX_NATS_SERVER_SYNC_ALWAYS"
 _WRITES = ("append Schedule events", "append Run events", "change leases", "announce replicas",
            "create streams")
 _DESTROY = ("delete streams", "purge streams", "delete events")
+_INDEX_READ = "read the history index"
 
 
 def permissions_check(abilities: Mapping[str, bool]) -> Check:
@@ -196,6 +197,12 @@ def permissions_check(abilities: Mapping[str, bool]) -> Check:
         return Check("permissions", Status.WARN,
                      f"this user can {', '.join(destroys)}: more than any scheduler role "
                      f"needs (see the users in nats-server.conf). {detail}")
+    if all(abilities.get(a) for a in _WRITES) and not abilities.get(_INDEX_READ, True):
+        return Check("permissions", Status.WARN,
+                     "a scheduler user of a configuration older than this release: it cannot "
+                     "read a deployment's last history entry from the stream leader, which "
+                     "adding Runs to the history in order needs (the 'scheduler' user of "
+                     f"nats-server.conf may). {detail}")
     if all(abilities.get(a) for a in _WRITES):
         role = "scheduler (provider processes)"
     elif any(abilities.get(a) for a in _WRITES):

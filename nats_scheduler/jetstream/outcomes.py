@@ -7,6 +7,7 @@ position in the firing, the provider and the dispatcher; named here so that a re
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import NamedTuple
 
 from ..core.events import RunRecord
@@ -20,6 +21,9 @@ class Announcement(NamedTuple):
     """The history entry's sequence (the same for every announcer); None without history."""
     lease: Lease | None
     """The creator's lease when THIS announcement opened the key, else None."""
+    created_at: datetime | None = None
+    """The entry's ``created_at``: the Run's own, which its create must carry (the key
+    the history lists it by, jetstream/history_writes.py); None without history."""
 
 
 class Stored(NamedTuple):

@@ -23,7 +23,7 @@ from . import errors
 from .acks import Outgoing
 from .errors import Conflict
 from .event_store import EventLog
-from .history import RunHistory
+from .history import IndexPosition, RunHistory
 from .leases import Lease, Leases
 from .outcomes import Announcement, Stored
 
@@ -86,13 +86,15 @@ class RunLog:
         """
         # One after the other: under load the two writes cost the same either way, and
         # running them side by side cost two tasks per Run (bench/firing.py).
-        seq = None if self._history is None else await self._history.announce(run)
+        position = None if self._history is None else await self._history.announce(run)
+        seq = None if position is None else position.seq
+        created_at = None if position is None else position.created_at
         leases = self._leases
         if leases is None:
-            return Announcement(seq, None)
+            return Announcement(seq, None, created_at)
         lease = await self._store.retrying("could not open a run",
                                            lambda: leases.announce(run.run_id))
-        return Announcement(seq, lease)
+        return Announcement(seq, lease, created_at)
 
     async def announce_many(
         self, runs: Sequence[RunRecord]
@@ -101,7 +103,7 @@ class RunLog:
         (two streams: two batches, each atomic while nothing races)."""
         history, leases = self._history, self._leases
 
-        async def entries_of() -> list[int | Exception | None]:
+        async def entries_of() -> list[IndexPosition | Exception | None]:
             if history is None:
                 return [None] * len(runs)
             return list(await history.announce_many(runs))
@@ -118,8 +120,10 @@ class RunLog:
                 results.append(entry)
             elif isinstance(key, Exception):
                 results.append(key)
+            elif entry is None:
+                results.append(Announcement(None, key))
             else:
-                results.append(Announcement(entry, key))
+                results.append(Announcement(entry.seq, key, entry.created_at))
         return results
 
     async def create(
@@ -144,7 +148,7 @@ class RunLog:
                 seq = 0
             if not duplicate:
                 return self._created(subject, seq, run)
-        return await self._stored_first(run)
+        return await self._stored_first(event)
 
     async def create_many(
         self, events: Sequence[RunCreated], msg_ids: Sequence[str], *,
@@ -186,7 +190,7 @@ class RunLog:
                 results.append(ack)
             else:  # a lost race, or a resend of ours: read back what the store holds
                 try:
-                    results.append(await self._stored_first(event.run))
+                    results.append(await self._stored_first(event))
                 except Exception as exc:
                     results.append(exc)
         return results
@@ -197,14 +201,23 @@ class RunLog:
         self._ledger.apply(seq, run)
         return Stored(seq, run, True)
 
-    async def _stored_first(self, run: RunRecord) -> Stored:
+    async def _stored_first(self, event: RunCreated) -> Stored:
         """The Run a create found already stored, read back; created by THIS process only
-        when it is exactly ``run`` (a resend whose first acknowledgement was lost)."""
+        when its create is exactly ``event`` (a resend whose first acknowledgement was
+        lost). Two replicas announcing one due time give its Run the same key, so the Run
+        alone may read the same from both: the create's writer (``actor``) tells them apart,
+        one more read only then."""
+        run = event.run
         existing = await self.fetch(run.deployment_id, run.run_id)
         if existing is None:  # pragma: no cover - a Run subject is never emptied
             raise RuntimeError(f"run {run.run_id} vanished")
         seq, record = existing
-        return Stored(seq, record, record.created_at == run.created_at and record == run)
+        ours = record == run
+        if ours:
+            first = await self._store.next(self._names.run_subject(run.deployment_id,
+                                                                   run.run_id))
+            ours = first is not None and decode_run_event(first.data) == event
+        return Stored(seq, record, ours)
 
     async def append(self, expected_seq: int, event: RunEventType) -> int:
         """Append a later event of a Run on the sequence the writer last saw.

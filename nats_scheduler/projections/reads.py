@@ -56,12 +56,16 @@ class RunReads:
         """
         now = self._clock.now()
         cursor = self._ledger.get(before) if before is not None else None
-        history, cursor = await self._pages.page(deployment_id, limit, before, cursor, now)
+        history = await self._pages.page(deployment_id, limit, before, cursor, now)
         age = self._history.retention_age
         # The server drops aged entries a little after they age: judge the age here too.
-        page = [r for r in history if not r.finished or r.created_at >= now - age]
-        return merge(page, self._known(deployment_id, page, now), limit, cursor, now,
-                     min(FRESH, age))
+        page = [r for r in history.runs if not r.finished or r.created_at >= now - age]
+        # What this process holds joins only while retained: a Run made a moment ago that
+        # newer Runs already pushed out of the history stays out (unfinished ones stay in).
+        known = [r for r in self._known(deployment_id, page, now)
+                 if not r.finished or history.oldest_seq is None or r.index_seq is None
+                 or r.index_seq >= history.oldest_seq]
+        return merge(page, known, limit, history.cursor, now, min(FRESH, age))
 
     def _known(self, deployment_id: str, page: list[RunRecord], now: datetime
                ) -> list[RunRecord]:

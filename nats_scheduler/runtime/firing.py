@@ -143,7 +143,9 @@ class Firing:
                 # Once: its history entry and open key, before the create. Then read again,
                 # so the create leaves within FIRE_READ_MAX_AGE of a read even when the
                 # announce waited on a busy store.
-                announced = await self.runs.announce(self._event(record, due, read_at).run)
+                # Stamped now (not at the read): the entry's key, which the Run takes.
+                announced = await self.runs.announce(
+                    self._event(record, due, self.clock.now()).run)
                 continue
             # Past the deadline a busy process still fires (liveness): the create may then
             # leave on an older read, and the gate checks such a Run against the Schedule
@@ -190,7 +192,7 @@ class Firing:
             raise SchedulerUnavailable("the scheduler store is unavailable: not connected")
         lease = announced.lease
         event = runcore.indexed(self._event(record, due, now, claimed=lease is not None),
-                                announced.index_seq)
+                                announced.index_seq, announced.created_at)
         stored = await self.runs.create(
             event, msg_id=scheduled_create_msg_id(record.deployment_id, due), retry_seconds=0
         )
@@ -243,8 +245,8 @@ class Firing:
             replay_of=request.replay_of, requested_by=request.requested_by, reason=reason,
         )
         announced = await self.runs.announce(event.run)
-        stored = await self.runs.create(runcore.indexed(event, announced.index_seq),
-                                        msg_id=msg_id)
+        stored = await self.runs.create(
+            runcore.indexed(event, announced.index_seq, announced.created_at), msg_id=msg_id)
         self._hand_over(stored, announced.lease, vetted=False)
         return stored.run
 
@@ -283,8 +285,9 @@ class Firing:
             await self._one_by_one(due_times)
             return
         plans = self._plans(due_times)
+        stamped = self.clock.now()  # the entries' earliest key, which the Runs take
         announced = await self.runs.announce_many(
-            [self._event(plan.record, plan.due, proven).run for plan in plans])
+            [self._event(plan.record, plan.due, stamped).run for plan in plans])
         leftovers = [(plan.record.deployment_id, plan.due) for plan, outcome
                      in zip(plans, announced, strict=True) if isinstance(outcome, Exception)]
         ready = [_Ready(plan.record, plan.due, outcome) for plan, outcome
@@ -315,7 +318,7 @@ class Firing:
     ) -> None:
         events = [runcore.indexed(self._event(item.record, item.due, now,
                                               claimed=item.announced.lease is not None),
-                                  item.announced.index_seq)
+                                  item.announced.index_seq, item.announced.created_at)
                   for item in ready]
         msg_ids = [scheduled_create_msg_id(item.record.deployment_id, item.due)
                    for item in ready]
