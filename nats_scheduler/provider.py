@@ -21,7 +21,7 @@ import socket
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import ClassVar
+from typing import ClassVar, Unpack
 
 from opentelemetry.metrics import MeterProvider
 
@@ -343,25 +343,27 @@ class NatsSchedulerProvider:
             return  # an ID we could never have stored: deleting it is a no-op
         await running.schedules.write(deployment_id, self._delete_decision())
 
-    async def hold(self, deployment_id: str, *, by: str, reason: str) -> ScheduleRecord:
-        """Operator hold: stops firing until released; survives apply (docs/contract.md)."""
-        return await self._operator_change(deployment_id, by, reason, schedulecore.decide_hold)
+    async def hold(self, deployment_id: str,
+                   **notes: Unpack[schedulecore.OperatorNotes]) -> ScheduleRecord:
+        """Operator hold: stops firing until released; survives apply (docs/contract.md);
+        ``notes``: who and why, with the proven ``caller`` the admin service knows."""
+        return await self._operator_change(deployment_id, schedulecore.decide_hold, notes)
 
-    async def release(self, deployment_id: str, *, by: str, reason: str) -> ScheduleRecord:
-        """Lift an operator hold."""
-        return await self._operator_change(deployment_id, by, reason, schedulecore.decide_release)
+    async def release(self, deployment_id: str,
+                      **notes: Unpack[schedulecore.OperatorNotes]) -> ScheduleRecord:
+        """Lift an operator hold (``notes`` as for :meth:`hold`)."""
+        return await self._operator_change(deployment_id, schedulecore.decide_release, notes)
 
-    async def _operator_change(
-        self, deployment_id: str, by: str, reason: str, decide_fn: schedulecore.OperatorDecision
-    ) -> ScheduleRecord:
+    async def _operator_change(self, deployment_id: str, decide_fn: schedulecore.OperatorDecision,
+                               notes: schedulecore.OperatorNotes) -> ScheduleRecord:
         running = await self._require_ready()
-        validation.check_operator_action(by, reason)
+        validation.check_operator_action(notes["by"], notes["reason"],
+                                         notes.get("on_behalf_of"))
 
         def decide(current: ScheduleRecord | None) -> ScheduleEventType | None:
             if current is None or current.deleted:
                 raise ScheduleNotFound(f"deployment {deployment_id!r} has no schedule")
-            return decide_fn(current, by=by, reason=reason, now=self._now(),
-                             actor=self._identity)
+            return decide_fn(current, now=self._now(), actor=self._identity, **notes)
 
         record = await running.schedules.write(deployment_id, decide)
         assert record is not None
