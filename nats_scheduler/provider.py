@@ -381,10 +381,12 @@ class NatsSchedulerProvider:
         """Store the Runs of many due times at once: the ticker's path for a busy minute."""
         return await (await self._require_ready()).firing.fire_many(due_times)
 
-    async def enqueue(self, request: EnqueueRequest, *, reason: str | None = None) -> Run:
+    async def enqueue(self, request: EnqueueRequest, *, reason: str | None = None,
+                      on_behalf_of: str | None = None) -> Run:
         """Run now or Replay: stored (PENDING) on return; the calendar does not move.
 
-        ``reason`` (not part of the seam) records why an operator asked, for the audit trail.
+        ``reason`` and ``on_behalf_of`` (not part of the seam) record why an operator asked
+        and whom they said it was for, for the audit trail.
         """
         running = self._require_started()
         validation.check_enqueue(request, reason)
@@ -402,7 +404,8 @@ class NatsSchedulerProvider:
                     f"run {request.replay_of!r} is not a run of deployment {deployment_id!r}"
                 )
             payload = original.payload
-        stored = await running.firing.store_requested(request, payload, reason=reason)
+        stored = await running.firing.store_requested(request, payload, reason=reason,
+                                                      on_behalf_of=on_behalf_of)
         return stored.to_run()
 
     async def _find_run(self, run_id: str) -> RunRecord | None:

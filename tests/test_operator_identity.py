@@ -117,9 +117,12 @@ async def test_each_operator_is_recorded_under_the_name_the_server_authenticated
             code, out, err = await cli(server, *second, "run-now", "sec-2", "--json")
             assert code == 0, err
             assert json.loads(out)["requested_by"] == SECOND
-            # a Run stores one name: naming someone else for it is refused, not recorded
-            code, _, err = await cli(server, *first, "run-now", "sec-2", "--by", SECOND)
-            assert code == 2 and "records the user the server authenticated" in err, err
+            # naming someone else for it is kept apart, as "on behalf of", never as who asked
+            code, out, err = await cli(server, *first, "run-now", "sec-2", "--by", SECOND,
+                                       "--json")
+            assert code == 0, err
+            behalf = json.loads(out)
+            assert (behalf["requested_by"], behalf["on_behalf_of"]) == ("operator", SECOND)
 
             sec1 = operator_changes(await stored_schedule_events(server, "sec-1"))
             assert sec1 == [
@@ -136,8 +139,9 @@ async def test_each_operator_is_recorded_under_the_name_the_server_authenticated
             assert record is not None and record.hold is not None
             assert record.hold.caller == Caller(user="operator", account=ACCOUNT)
             assert (record.hold.by, record.hold.on_behalf_of) == ("operator", SECOND)
-            runs = await provider.list_runs("sec-2")
-            assert [r.requested_by for r in runs] == [SECOND]
+            runs = await provider.runs_page("sec-2")
+            assert [(r.requested_by, r.on_behalf_of) for r in runs] == [
+                ("operator", SECOND), (SECOND, None)]
 
 
 async def test_a_forged_request_info_header_never_becomes_the_recorded_user(

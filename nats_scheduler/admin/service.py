@@ -314,26 +314,27 @@ class AdminService:
         record = self.provider.ledger.get(run.run_id)
         return record if record is not None else RunView.from_run(run)
 
-    async def _enqueue(self, request: EnqueueRequest, reason: str | None) -> RunView:
-        run = await self.provider.enqueue(request, reason=reason)
+    async def _enqueue(self, request: EnqueueRequest, reason: str | None,
+                       on_behalf_of: str | None = None) -> RunView:
+        run = await self.provider.enqueue(request, reason=reason, on_behalf_of=on_behalf_of)
         log.info("%s asked for %s of %s (%s): run %s", request.requested_by,
                  request.trigger.value, request.deployment_id, reason or "no reason", run.run_id)
         record = self.provider.ledger.get(run.run_id)
         return record if record is not None else RunView.from_run(run)
 
     async def run_now(self, req: RunNowRequest, caller: Caller | None) -> RunView:
-        by = _requester(req.by, req.on_behalf_of, caller)
+        by, behalf = _requester(req.by, req.on_behalf_of, caller)
         return await self._enqueue(EnqueueRequest(
             deployment_id=req.deployment_id, trigger=Trigger.RUN_NOW,
-            request_id=req.request_id, requested_by=by), optional_reason(req.reason))
+            request_id=req.request_id, requested_by=by), optional_reason(req.reason), behalf)
 
     async def replay(self, req: ReplayRequest, caller: Caller | None) -> RunView:
-        by = _requester(req.by, req.on_behalf_of, caller)
+        by, behalf = _requester(req.by, req.on_behalf_of, caller)
         original = await self.provider.get_run(req.run_id)
         return await self._enqueue(EnqueueRequest(
             deployment_id=original.deployment_id, trigger=Trigger.REPLAY,
             replay_of=original.run_id, request_id=req.request_id, requested_by=by),
-            optional_reason(req.reason))
+            optional_reason(req.reason), behalf)
 
     # ------------------------------------------------------------------ cluster
 
@@ -384,20 +385,16 @@ class AdminService:
             self._budget())
 
 
-def _requester(by: str, on_behalf_of: str | None, caller: Caller | None) -> str:
-    """``requested_by`` of a Run now or Replay: the user the server authenticated, else the
-    name the client gives. A Run stores one name only, so a stated "on behalf of" that would
-    have to replace the proven user is refused rather than recorded as who asked."""
+def _requester(by: str, on_behalf_of: str | None,
+               caller: Caller | None) -> tuple[str, str | None]:
+    """``requested_by`` of a Run now or Replay, and whom it was said to be for: the user the
+    server authenticated and the stated name (``--by``) apart; without proof, the name the
+    client gives as who asked, as before."""
     by = required(by, "by")
     behalf = stated(on_behalf_of)
     if caller is None:
-        return behalf or by
-    if behalf is not None and behalf != caller.user:
-        raise AdminError(ErrorCode.INVALID_REQUEST,
-                         "a Run now or Replay records the user the server authenticated as "
-                         "who asked; naming someone else (--by) is kept for holds and "
-                         "releases only")
-    return caller.user
+        return behalf or by, None
+    return caller.user, behalf if behalf != caller.user else None
 
 
 async def start_admin_service(provider: AdminHost, *,

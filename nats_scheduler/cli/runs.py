@@ -45,6 +45,7 @@ def run_text(run: RunView) -> str:
         ("updated", when(run.updated_at)), ("due", when(run.due_at) if run.due_at else "-"),
         ("attempts", run.attempts), ("session", run.session_id), ("turn", run.turn_id),
         ("replay of", run.replay_of), ("requested by", run.requested_by),
+        ("on behalf of", run.on_behalf_of),
         ("reason", run.reason), ("held by", run.holder), ("error", run.error),
         ("target", run.payload.target), ("prompt", run.payload.prompt),
     ]

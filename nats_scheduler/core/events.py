@@ -54,6 +54,9 @@ class RunRecord(Run, frozen=True, kw_only=True):
     index_seq: int | None = None
     """The sequence of the Run's history index entry (written just before ``run.created``):
     where a page that starts after this Run begins, and whether the Run is still retained."""
+    on_behalf_of: str | None = None
+    """Whom an operator said a Run now or Replay is for (``--by``): stated, never proven;
+    ``requested_by`` is the user the server authenticated (schema 3)."""
 
     @property
     def finished(self) -> bool:

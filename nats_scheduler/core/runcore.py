@@ -95,6 +95,7 @@ def create(
     requested_by: str | None = None,
     reason: str | None = None,
     holder: str | None = None,
+    on_behalf_of: str | None = None,
 ) -> RunCreated:
     """A new PENDING Run; with ``holder``, one already claimed by it (DISPATCHING, attempt 1).
 
@@ -113,6 +114,7 @@ def create(
         replay_of=replay_of,
         requested_by=requested_by,
         reason=reason,
+        on_behalf_of=on_behalf_of,
     )
     if holder is not None:
         record = msgspec.structs.replace(

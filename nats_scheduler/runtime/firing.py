@@ -227,7 +227,8 @@ class Firing:
             task.add_done_callback(self._closing.discard)
 
     async def store_requested(self, request: EnqueueRequest, payload: RunPayload, *,
-                              reason: str | None = None) -> RunRecord:
+                              reason: str | None = None,
+                              on_behalf_of: str | None = None) -> RunRecord:
         """Store a Run asked for (Run now, Replay) the way a due time's is: announced, created,
         handed to the dispatcher with the lease the announcement opened. No Schedule read to
         keep fresh: the gate only judges scheduled Runs. A request ID makes the Run ID (and
@@ -242,6 +243,7 @@ class Firing:
             run_id=run_id, deployment_id=request.deployment_id, trigger=request.trigger,
             due_at=None, payload=payload, now=self.clock.now(), actor=self.identity,
             replay_of=request.replay_of, requested_by=request.requested_by, reason=reason,
+            on_behalf_of=on_behalf_of,
         )
         announced = await self.runs.announce(event.run)
         stored = await self.runs.create(
