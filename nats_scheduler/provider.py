@@ -138,9 +138,8 @@ class NatsSchedulerProvider:
         return self._running
 
     def _now(self) -> datetime:
-        """The time Schedule changes and Runs are stamped with: the store's clock while
-        running (a host clock minutes off must not move a Schedule's ``updated_at``, from
-        which due times count), the injected clock before."""
+        """The store's clock while running (a host clock minutes off must not move a Schedule's
+        ``updated_at``, from which due times count), the injected clock before."""
         running = self._running
         return (running.clock if running is not None else self._clock).now()
 
@@ -383,11 +382,8 @@ class NatsSchedulerProvider:
 
     async def enqueue(self, request: EnqueueRequest, *, reason: str | None = None,
                       on_behalf_of: str | None = None) -> Run:
-        """Run now or Replay: stored (PENDING) on return; the calendar does not move.
-
-        ``reason`` and ``on_behalf_of`` (not part of the seam) record why an operator asked
-        and whom they said it was for, for the audit trail.
-        """
+        """Run now or Replay: stored (PENDING) on return; the calendar does not move. ``reason``,
+        ``on_behalf_of`` (not the seam's): why an operator asked, for whom (the audit trail)."""
         running = self._require_started()
         validation.check_enqueue(request, reason)
         deployment_id = request.deployment_id
