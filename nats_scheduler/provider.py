@@ -21,7 +21,7 @@ import socket
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import ClassVar, Unpack
+from typing import ClassVar, Unpack, cast
 
 from opentelemetry.metrics import MeterProvider
 
@@ -161,10 +161,8 @@ class NatsSchedulerProvider:
         return self._require_started().runs
 
     @property
-    def store(self) -> Store:
-        ports = self._require_started().ports  # the JetStream store: the admin service's
-        assert isinstance(ports, JetStreamPorts), "this provider runs on JetStream"
-        return ports.store
+    def store(self) -> Store:  # the JetStream store behind the ports (the admin service's)
+        return cast(JetStreamPorts, self._require_started().ports).store
 
     async def enforce_retention(self) -> int:
         """Apply the history retention now (it also runs every ``retention_interval``)."""
