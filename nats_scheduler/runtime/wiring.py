@@ -40,6 +40,7 @@ from ..jetstream.connection import connect
 from ..jetstream.follower import Follower
 from ..jetstream.history import RunHistory
 from ..jetstream.leases import Leases
+from ..jetstream.outages import OutageLog
 from ..jetstream.presence import Presence
 from ..jetstream.runlog import RunLog
 from ..jetstream.schedulelog import ScheduleLog
@@ -58,6 +59,7 @@ from .gate import PauseGate
 from .membership import Membership
 from .memory import release_freed_memory
 from .metrics import Metrics
+from .outage_watch import OutageWatch
 from .retention import Retention
 from .ticker import FireObserver, Ticker
 
@@ -92,7 +94,7 @@ class Runtime:
     def __init__(
         self, store: Store, *, ledger: Ledger, table: ScheduleTable, clock: Clock, identity: str,
         handler: RunHandler, metrics: Metrics | None = None,
-        fire_observer: FireObserver | None = None,
+        fire_observer: FireObserver | None = None, outages: OutageWatch | None = None,
     ) -> None:
         settings = store.settings
         clock = ServerClock.wrap(clock)  # fire by the store's clock (docs/architecture.md)
@@ -111,6 +113,11 @@ class Runtime:
         self._identity = identity
         self.freshness = Freshness(store, self._schedules_position, clock)
         self.membership = Membership(store, identity, clock, self.metrics)
+        self.outages = outages or OutageWatch(
+            OutageLog(store), store.names, identity=identity, clock=clock, table=table,
+            metrics=self.metrics)
+        """The outage this start ends, recorded once the replica joined (at most one write;
+        a Runtime built without :meth:`connect` read nothing before it started: none)."""
         # One Run's path, in order: the ticker plans and fires its due time, the firing
         # stores it (fresh read, announce, create) and hands it to the dispatcher, which
         # asks the pause gate once and calls the handler.
@@ -163,9 +170,14 @@ class Runtime:
         store = Store(await connect(settings, identity), settings, count_error=metrics.store_error)
         try:
             await store.check_server()
+            # before this process stores anything: the newest sign of life of another
+            outages = OutageWatch(OutageLog(store), store.names, identity=identity,
+                                  clock=clock, table=table, metrics=metrics)
+            await outages.before_start()
             await store.ensure()
             runtime = cls(store, ledger=ledger, table=table, clock=clock, identity=identity,
-                          handler=handler, metrics=metrics, fire_observer=fire_observer)
+                          handler=handler, metrics=metrics, fire_observer=fire_observer,
+                          outages=outages)
             runtime.began = began
             runtime._began_mark = began_mark
             await runtime._load_projections(settings)
@@ -247,6 +259,9 @@ class Runtime:
                     log.warning("loading the schedules makes no progress; still waiting")
             await self.membership.join()
             self._correct_began()
+            if self.membership.presence is not None:
+                self._background.append(asyncio.create_task(
+                    self.outages.after_join(self._began_mark), name="outage record"))
             records = self.table.all()
             self.table.subscribe(ticker.update)  # changes from now on plan themselves
             self.metrics.watch_schedules(records, self.table.subscribe)
