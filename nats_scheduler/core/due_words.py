@@ -2,7 +2,7 @@
 
 "skipped: held by ana@ops, 'db migration', 02:10-04:30" says what the account's fields
 say (:class:`~.dueaccount.DueTime`), for an operator who asked why the 03:00 report did not
-run. Spans are in UTC, ``HH:MM``, with the date when it is not the due time's day, and
+run. Spans are in UTC, ``HH:MM``, with the month and day when not the due time's day, and
 "since 02:10" while the cause goes on. Pure.
 """
 
@@ -14,21 +14,23 @@ from .dueaccount import DueTime, Outcome, Reason
 
 
 def _clock(instant: datetime, day: datetime) -> str:
-    """``HH:MM`` in UTC, with the date in front when it is not ``day``'s."""
+    """``HH:MM`` in UTC, with the month and day in front when it is not ``day``'s."""
     utc = instant.astimezone(UTC)
     if utc.date() == day.astimezone(UTC).date():
         return utc.strftime("%H:%M")
-    return utc.strftime("%Y-%m-%d %H:%M")
+    return utc.strftime("%m-%d %H:%M")
 
 
 def span(line: DueTime) -> str:
     """From when to when the cause of a skip lasted: ``02:10-04:30`` or ``since 02:10``."""
     if line.since is None:
         return ""
-    start = _clock(line.since, line.due_at)
     if line.until is None:
-        return f"since {start}"
-    return f"{start}-{_clock(line.until, line.due_at)}"
+        return f"since {_clock(line.since, line.due_at)}"
+    day = line.due_at.astimezone(UTC).date()
+    within = line.since.astimezone(UTC).date() == line.until.astimezone(UTC).date() == day
+    reference = line.due_at if within else datetime.min.replace(tzinfo=UTC)
+    return f"{_clock(line.since, reference)}-{_clock(line.until, reference)}"
 
 
 def _seconds(value: float) -> str:
@@ -56,8 +58,7 @@ def _skipped(line: DueTime) -> str:
             return f"skipped: disabled{version}{_after(line)}"
         return f"skipped: disabled by AstraBox{version}, {when}"
     if line.reason == Reason.NO_PROCESS:
-        proof = f" (last sign of life: {line.note})" if line.note else ""
-        return f"skipped: no scheduler process was running, {when}{proof}"
+        return f"skipped: no scheduler process was running, {when}"
     if line.reason == Reason.DELETED:
         return f"skipped: the schedule was deleted{_after(line)}"
     if line.reason == Reason.SCHEDULE_CHANGE:

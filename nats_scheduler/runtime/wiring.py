@@ -53,6 +53,7 @@ from ..seam import RunHandler, SchedulerUnavailable
 from ..settings import NatsSettings
 from ..tasks import cancel_and_wait
 from .dispatcher import Dispatcher
+from .due_watch import DueWatch
 from .firing import Firing
 from .freshness import Freshness
 from .gate import PauseGate
@@ -141,6 +142,9 @@ class Runtime:
         self.retention = Retention(self.history, table, ledger, clock,
                                    interval=settings.retention_interval,
                                    owns=self.membership.owns)
+        self.due_watch = DueWatch(table, ledger, self.history, clock, self.metrics,
+                                  owns=self.membership.owns_due)
+        """The due times that passed without a Run, counted once a minute (metrics)."""
         self.began = clock.now()
         """When this process started, by the store's clock once it is known (the ticker's
         first due times count from here)."""
@@ -262,6 +266,7 @@ class Runtime:
             if self.membership.presence is not None:
                 self._background.append(asyncio.create_task(
                     self.outages.after_join(self._began_mark), name="outage record"))
+            self.due_watch.start_at(self.began)
             records = self.table.all()
             self.table.subscribe(ticker.update)  # changes from now on plan themselves
             self.metrics.watch_schedules(records, self.table.subscribe)
@@ -319,6 +324,9 @@ class Runtime:
                                 name="schedule load and warm-up"),
             asyncio.create_task(self.retention.forever(), name="retention"),
         ]
+        if isinstance(self._clock, ServerClock):  # counted by the store's clock only
+            self._background.append(asyncio.create_task(self.due_watch.forever(),
+                                                        name="due times counted"))
 
     async def _warm_up(self) -> None:
         """Load each deployment's newest Run and the last day's Runs into the ledger's
