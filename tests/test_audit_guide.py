@@ -16,7 +16,7 @@ The ``Nats-Msg-Id`` the guide shows for a scheduled Run is read back from the st
 The store is filled by one scenario that produces every kind of event the guide asks about:
 a due time fired after a failed attempt, a hold and its release, a Run now, a Run that
 failed for good, a Replay being dispatched right now (so it holds a lease), a changed and a
-deleted Schedule.
+deleted Schedule, and an outage (a process stopped before the scenario's one started).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from nats.js.api import DeliverPolicy, RawStreamMsg
 from nats_scheduler.admin.reader import last_per_subject
 from nats_scheduler.cli.common import EXIT_NOT_FOUND, EXIT_OK
 from nats_scheduler.cli.main import main as cli_main
-from nats_scheduler.core.events import RunEventType, ScheduleEventType
+from nats_scheduler.core.events import OutageEventType, RunEventType, ScheduleEventType
 from nats_scheduler.names import HDR_MSG_ID, Names, token
 from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.seam import EnqueueRequest, RunPayload, RunState, Schedule, Trigger
@@ -61,7 +61,8 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "audit.md"
 NAMES = Names("SCHED")
 DEP = "nightly-report"
 TAGS = {t.__struct_config__.tag for t in (*RunEventType.__args__,  # type: ignore[attr-defined]
-                                          *ScheduleEventType.__args__)}  # type: ignore[attr-defined]
+                                          *ScheduleEventType.__args__,  # type: ignore[attr-defined]
+                                          OutageEventType)}
 
 
 # =========================================================================== the guide, parsed
@@ -180,8 +181,14 @@ async def scenario(tmp_path: Path) -> AsyncIterator[Scenario]:
     handler.fail_transiently(1, deployment_id=DEP, method="start_session")
     handler.fail_permanently(deployment_id="flaky")
     with prod_server(tmp_path / "nats") as server:
+        async with scheduler_with_service(server) as (first, _):
+            assert first.runtime is not None  # it joins the live replicas, then stops:
+            await asyncio.wait_for(first.runtime.outages.decided.wait(), 30)
+            # the next start records the outage since
         async with scheduler_with_service(server, handler=handler,
                                           lease_seconds=30.0) as (provider, _):
+            assert provider.runtime is not None
+            await asyncio.wait_for(provider.runtime.outages.decided.wait(), 30)
             for dep in (DEP, "flaky", "team.a/report"):
                 await provider.apply(Schedule(dep, f"{dep} job", "0 2 * * *", "Europe/Berlin",
                                               True, RunPayload("agent:reporter", "Summarise")))
