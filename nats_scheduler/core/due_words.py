@@ -34,7 +34,9 @@ def span(line: DueTime) -> str:
 
 
 def _seconds(value: float) -> str:
-    return f"{value:.1f} s" if abs(value) < 100 else f"{value / 60:.0f} min"
+    if abs(value) < 100:
+        return f"{value:.1f} s"
+    return f"{value / 60:.0f} min" if abs(value) < 7200 else f"{value / 3600:.1f} h"
 
 
 def _after(line: DueTime) -> str:
