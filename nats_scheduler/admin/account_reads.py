@@ -14,6 +14,7 @@ All of it is read-only and allowed to the three users of ``nats-server.conf``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -22,15 +23,7 @@ import msgspec
 import nats.js.errors
 from nats.js.api import DeliverPolicy
 
-from ..core.dueaccount import (
-    Change,
-    Outage,
-    Page,
-    Span,
-    account,
-    due_times_before,
-    spans,
-)
+from ..core.dueaccount import Change, Outage, account, due_times_before, spans
 from ..core.events import RunRecord, decode_schedule_event
 from ..jetstream.history import RunHistory
 from ..jetstream.history_writes import decode_entry
@@ -208,32 +201,32 @@ class AccountReader:
         if not 1 <= limit <= PAGE_MAX:
             raise AdminError(ErrorCode.INVALID_REQUEST,
                              f"limit must be between 1 and {PAGE_MAX}, not {limit}")
-        changes = await self.changes(deployment_id)
+        # the reads of a page, two rounds of requests sent together
+        changes, floor = await asyncio.gather(self.changes(deployment_id),
+                                              self.floor(deployment_id, now))
         if not changes:
             raise AdminError(ErrorCode.NOT_FOUND, f"deployment {deployment_id!r} has no schedule")
-        floor = await self.floor(deployment_id, now)
         start = since if floor.at is None else max(since, floor.at)
-        notes = floor.notes(clipped=start > since)
         calendar = spans(changes)
         dues = due_times_before(calendar, since=start, until=until, before=before,
                                 limit=limit + 1)
-        judged = await self._judge(deployment_id, calendar, dues, start=start, until=until,
-                                   now=now, limit=limit, running=running)
+        shown = [due for due, _ in dues[:limit]]
+        lowest = shown[-1] if len(dues) > limit else start
         top = until if before is None else min(until, before)
-        others = await self.other_runs(deployment_id, judged.lowest, top) if top >= start \
-            else []
+        runs, outages, others = await asyncio.gather(
+            self.runs(deployment_id, shown),
+            self.outages(min(shown, default=until), running=running),
+            self.other_runs(deployment_id, lowest, top) if top >= start else _nothing())
+        judged = account(calendar, runs, outages, since=start, until=until, now=now,
+                         dues=dues, limit=limit)
         return DueAccount(deployment_id=deployment_id, since=start, until=until,
                           due_times=judged.due_times, other_runs=others,
-                          next_before=judged.next_before, notes=notes)
+                          next_before=judged.next_before,
+                          notes=floor.notes(clipped=start > since))
 
-    async def _judge(self, deployment_id: str, calendar: list[Span],
-                     dues: list[tuple[datetime, int]], *, start: datetime, until: datetime,
-                     now: datetime, limit: int, running: bool) -> Page:
-        instants = [due for due, _ in dues[:limit]]
-        runs = await self.runs(deployment_id, instants)
-        outages = await self.outages(min(instants, default=until), running=running)
-        return account(calendar, runs, outages, since=start, until=until, now=now,
-                       dues=dues, limit=limit)
+
+async def _nothing() -> list[RunRecord]:
+    return []
 
 
 def _aware(instant: datetime | None, what: str) -> datetime | None:

@@ -100,7 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         help="from this instant (ISO 8601; default: 24 hours before --until)")
     parser.add_argument("--until", type=instant, default=None, metavar="ISO",
                         help="up to this instant (ISO 8601 or 'now'; default now)")
-    parser.add_argument("--page", type=_page, default=500, metavar="N",
-                        help="due times read per request (1-1000, default 500)")
+    parser.add_argument("--page", type=_page, default=1000, metavar="N",
+                        help="due times read per request (1-1000, default 1000)")
     parser.set_defaults(func=lambda a: run_command(a, _explain))
 
