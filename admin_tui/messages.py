@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from textual.message import Message
 
 from nats_scheduler.admin.api import (
     BulkResult,
     ClusterStatus,
+    DueAccount,
     ErrorCode,
     RunList,
     RunView,
@@ -88,6 +90,15 @@ class DetailLoaded(Message):
     def __init__(self, detail: ScheduleDetail) -> None:
         super().__init__()
         self.detail = detail
+
+
+class DueTimesLoaded(Message):
+    """One page of the account of due times; ``page_before`` is its cursor."""
+
+    def __init__(self, account: DueAccount, page_before: datetime | None) -> None:
+        super().__init__()
+        self.account = account
+        self.page_before = page_before
 
 
 class RunsLoaded(Message):

@@ -7,12 +7,14 @@ Sections (append new ones at the end, e.g. provider fixtures):
 3. NATS servers: session server, private server, 3-node cluster, testcontainers (opt-in)
 4. replica processes: the shared handler file and a replica set on it
 5. the nats CLI (built with Go, cached) and jq, which the audit guide's commands use
+6. the scenario on real minutes, started with the session so its minutes overlap the rest
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import AsyncIterator, Generator, Iterator, Mapping
 from pathlib import Path
 
@@ -20,6 +22,7 @@ import pytest
 
 from nats_scheduler.natsserver.process import NatsServer
 from tests.harness.cluster import NatsCluster
+from tests.harness.minute_account import Background
 from tests.harness.natscli import INSTALL_HINT as NATS_CLI_HINT
 from tests.harness.natscli import VERSION as NATS_CLI_VERSION
 from tests.harness.natscli import NatsCliUnavailable, ensure_nats_cli
@@ -187,3 +190,39 @@ def jq() -> str:
         _required_tool("jq", "install it (apt-get install jq)")
     assert found is not None
     return found
+
+
+# =========================================================================== 6. real minutes
+#
+# The account of due times across real minute boundaries (``tests/harness/minute_account.py``)
+# needs about five and a half minutes of wall time, mostly waiting for the minutes to pass.
+# When its test is collected, the scenario starts as a child process as soon as collection
+# ends, so those minutes overlap the rest of the suite; the test waits for its result. The
+# session stops it (by its PID) if it is still running at the end.
+
+MINUTES_TEST = "tests/test_whole_account_on_real_minutes.py"
+_MINUTES = pytest.StashKey[Background]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if any(item.nodeid.startswith(MINUTES_TEST) for item in session.items):
+        work = Path(tempfile.mkdtemp(prefix="minute-account-result-"))
+        session.config.stash[_MINUTES] = Background(work / "result.json", work / "log.txt")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    scenario = session.config.stash.get(_MINUTES, None)
+    if scenario is not None:
+        scenario.stop()
+        shutil.rmtree(scenario.out.parent, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def real_minutes(request: pytest.FixtureRequest) -> dict[str, object]:
+    """What the real-minutes scenario saw (it runs in the background from the start)."""
+    scenario = request.config.stash.get(_MINUTES, None)
+    if scenario is None:  # collected some other way: start it now
+        work = Path(tempfile.mkdtemp(prefix="minute-account-result-"))
+        scenario = request.config.stash[_MINUTES] = Background(work / "result.json",
+                                                                work / "log.txt")
+    return scenario.result()

@@ -128,10 +128,24 @@ async def test_scheduler_runs_the_provider_and_the_admin_service(tmp_path: Path)
                 assert [r.identity for r in status.replicas] == [provider.identity]
             finally:
                 await nc.close()
-        # a second process on the existing store: verifies instead of creating
+        # a second process on the existing store: verifies instead of creating, and records
+        # the outage since the first one stopped (its one write is allowed)
         async with scheduler_with_service(server) as (again, _):
             assert again.schedules.get("dep-a") is not None
+            assert again.runtime is not None
+            await asyncio.wait_for(again.runtime.outages.decided.wait(), 30)
+            assert again.runtime.outages.recorded is not None
         assert violations(server, "scheduler") == []
+        # with no process running, the auditor reads the account from the store itself
+        nc, _ = await connect_as(server, "auditor")
+        try:
+            client = AdminClient(nc, timeout=1.0)
+            account = await client.explain("dep-a")
+            assert (account.deployment_id, client.last_source) == ("dep-a", "store")
+            assert not any("not recorded" in note for note in account.notes)
+        finally:
+            await nc.close()
+        assert violations(server, "auditor") == []
         nc, log = await connect_as(server, "scheduler")
         try:
             can = await abilities(nc, log)
@@ -382,7 +396,7 @@ async def test_auditor_every_action_is_refused_and_nothing_changes(tmp_path: Pat
 # ================================================================================ the CLI
 
 READ_COMMANDS = [["schedules"], ["schedules", "dep-a"], ["runs", "dep-a"], ["events"],
-                 ["status"]]
+                 ["status"], ["explain", "dep-a"]]
 
 
 async def test_the_command_line_as_operator_and_as_auditor(tmp_path: Path) -> None:

@@ -217,7 +217,8 @@ def test_docs_show_the_current_snapshots() -> None:
 
 
 KEY_NAMES = {"slash": "/", "escape": "Esc", "enter": "Enter",
-             "left_square_bracket": "[", "right_square_bracket": "]"}
+             "left_square_bracket": "[", "right_square_bracket": "]",
+             "less_than_sign": "<", "greater_than_sign": ">"}
 
 
 @pytest.mark.parametrize("page", ["console.md", "operations.md"])

@@ -21,6 +21,7 @@ from nats_scheduler.admin.api import (
     AdminError,
     BulkResult,
     ClusterStatus,
+    DueAccount,
     ErrorCode,
     Health,
     LatenessSummary,
@@ -36,6 +37,7 @@ from nats_scheduler.admin.api import (
 from nats_scheduler.clock import ManualClock
 from nats_scheduler.core import calendar
 from nats_scheduler.core import events as ev
+from nats_scheduler.core.dueaccount import Change, Outage, account, due_times_before, spans
 from nats_scheduler.core.events import Hold, RunRecord, ScheduleRecord
 from nats_scheduler.seam import RunPayload, RunState, Trigger
 
@@ -142,6 +144,30 @@ def seed_runs() -> list[RunRecord]:
              trigger=Trigger.RUN_NOW, by="bob", reason="testing the new prompt", session=False,
              attempts=0),
     ]
+
+
+def nightly_history(current: ScheduleRecord) -> tuple[list[Change], list[Outage]]:
+    """nightly-report's last week as the store would tell it: disabled by AstraBox over
+    03-22, re-enabled and held by an operator over 03-23, an outage across 03-24, Runs from
+    then on, a prompt edit (the current record), and 03-28's due time without a Run."""
+    day = datetime(2026, 3, 21, tzinfo=UTC)
+    first = msgspec.structs.replace(current, version=1, hold=None, updated_at=_at(-30 * 24))
+    hold = Hold(by="ana@ops", reason="db migration", at=day + timedelta(days=1, hours=20))
+    changes = [
+        Change(first.updated_at, first),
+        Change(day + timedelta(hours=12), msgspec.structs.replace(first, enabled=False,
+                                                                  version=2)),
+        Change(day + timedelta(days=1, hours=19, minutes=50),
+               msgspec.structs.replace(first, version=3)),
+        Change(hold.at, msgspec.structs.replace(first, version=3, hold=hold)),
+        Change(day + timedelta(days=2, hours=4, minutes=30),
+               msgspec.structs.replace(first, version=3)),
+        Change(current.updated_at, current),
+    ]
+    outage = Outage(day + timedelta(days=3, minutes=40), day + timedelta(days=3, hours=1,
+                                                                          minutes=30),
+                    "the last replica beat or leave")
+    return changes, [outage]
 
 
 class FakeBackend:
@@ -281,6 +307,31 @@ class FakeBackend:
         more = len(runs) > limit
         return RunList(runs=[_run_view(r) for r in page],
                        next_before=page[-1].run_id if more and page else None)
+
+    async def explain(self, deployment_id: str, *, since: datetime | None = None,
+                      until: datetime | None = None, before: datetime | None = None,
+                      limit: int = 500) -> DueAccount:
+        """The account of due times from the fixed data (``core/dueaccount.py``)."""
+        self._check("explain", (deployment_id, before, limit))
+        record = self._get(deployment_id)
+        now = self.clock.now()
+        until = until or now
+        since = since or until - timedelta(hours=24)
+        changes, outages = (nightly_history(record) if deployment_id == "dep-nightly-report"
+                            else ([Change(record.updated_at, record)], []))
+        calendar_spans = spans(changes)
+        runs = self._runs_of(deployment_id)
+        by_due = {r.due_at: r for r in runs if r.due_at is not None}
+        dues = due_times_before(calendar_spans, since=since, until=until, before=before,
+                                limit=limit + 1)
+        page = account(calendar_spans, by_due, outages, since=since, until=until, now=now,
+                       dues=dues, limit=limit)
+        top = until if before is None else before
+        others = [_run_view(r) for r in runs if r.trigger != Trigger.SCHEDULE
+                  and page.lowest <= r.created_at <= top]
+        return DueAccount(deployment_id=deployment_id, since=since, until=until,
+                          due_times=page.due_times, other_runs=others,
+                          next_before=page.next_before)
 
     async def get_run(self, run_id: str) -> RunView:
         self._check("get_run", run_id)

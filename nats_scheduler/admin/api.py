@@ -13,6 +13,7 @@ Endpoint subjects (``P`` = ``ASTRABOX_NATS_PREFIX``)::
     P.admin.schedules.release   OperatorAction        -> ScheduleView
     P.admin.schedules.hold_bulk    BulkAction         -> BulkResult
     P.admin.schedules.release_bulk BulkAction         -> BulkResult
+    P.admin.schedules.explain   ExplainRequest        -> DueAccount
     P.admin.runs.list           RunListRequest        -> RunList
     P.admin.runs.get            RunRef                -> RunView
     P.admin.runs.run_now        RunNowRequest         -> RunView
@@ -30,6 +31,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from ..core.dueaccount import DueTime
 from ..core.events import RunRecord, ScheduleRecord
 from ..seam import RunState
 
@@ -94,6 +96,25 @@ class ScheduleList(msgspec.Struct, frozen=True, kw_only=True):
     message, so a list of any length crosses the server's ``max_payload`` in pages)."""
 
 
+class DueAccount(msgspec.Struct, frozen=True, kw_only=True):
+    """One page of a deployment's account of due times (``core/dueaccount.py``).
+
+    ``due_times`` newest first, each with its outcome; ``other_runs``: the Runs of other
+    triggers (Run now, Replay) created in the span this page covers, listed beside the due
+    times and not counted as any. ``since`` is where the account starts: the one asked, or
+    later when the store cannot say more (``notes`` says why). ``next_before``: more due
+    times follow; ask again with ``before`` set to it.
+    """
+
+    deployment_id: str
+    since: datetime
+    until: datetime
+    due_times: list[DueTime]
+    other_runs: list[RunRecord] = []
+    next_before: datetime | None = None
+    notes: list[str] = []
+
+
 class RunList(msgspec.Struct, frozen=True, kw_only=True):
     runs: list[RunView]
     next_before: str | None = None
@@ -156,6 +177,10 @@ class ReplicaMetrics(msgspec.Struct, frozen=True, kw_only=True):
     schedules: dict[str, int] = {}
     runs_in_flight: int = 0
     lateness: dict[str, LatenessSummary] = {}
+    due_times_skipped: dict[str, int] = {}
+    """Due times without a Run by reason (``disabled``, ``held``, ``no_process``, ...)."""
+    due_times_unexplained: int = 0
+    """Due times without a Run and without a reason: broken promises."""
 
 
 class ReplicaView(msgspec.Struct, frozen=True, kw_only=True):
@@ -311,6 +336,17 @@ class RunListRequest(msgspec.Struct, frozen=True, kw_only=True):
     before: str | None = None
 
 
+class ExplainRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """A page of the account of due times: of ``[since, until]`` (default: the last 24 h up
+    to now), the ``limit`` newest due times before ``before``."""
+
+    deployment_id: str
+    since: datetime | None = None
+    until: datetime | None = None
+    before: datetime | None = None
+    limit: int = 500
+
+
 class RunRef(msgspec.Struct, frozen=True, kw_only=True):
     run_id: str
 
@@ -353,6 +389,9 @@ class AdminBackend(Protocol):
     async def list_runs(self, deployment_id: str, *, limit: int = 50,
                         before: str | None = None) -> RunList: ...
     async def get_run(self, run_id: str) -> RunView: ...
+    async def explain(self, deployment_id: str, *, since: datetime | None = None,
+                      until: datetime | None = None, before: datetime | None = None,
+                      limit: int = 500) -> DueAccount: ...
     async def hold(self, deployment_id: str, *, by: str, reason: str) -> ScheduleView: ...
     async def release(self, deployment_id: str, *, by: str, reason: str) -> ScheduleView: ...
     async def hold_bulk(self, filter: str, *, by: str, reason: str,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
 from typing import TypeVar
 
 import msgspec
@@ -29,10 +30,11 @@ from ..clock import Clock
 from ..core.events import AnyEvent
 from ..names import HDR_SERVICE_ERROR, HDR_SERVICE_ERROR_CODE, HDR_STATUS, Names
 from . import api
+from .account_reads import AccountReader
 from .event_feed import EventFeed, event_type, follow, type_matches
 from .health import HealthPolicy
 from .permissions import Probe, ViolationLog
-from .reader import StoreReader
+from .reader import StoreReader, checked, guarded
 
 __all__ = ["BULK_PAGE", "AdminClient", "EventFeed", "event_type", "merge_bulk", "type_matches"]
 
@@ -215,6 +217,36 @@ class AdminClient:
     async def get_run(self, run_id: str) -> api.RunView:
         return await self._read("runs.get", api.RunRef(run_id=run_id), api.RunView,
                                 lambda: self.reader.get_run(run_id))
+
+    async def explain(self, deployment_id: str, *, since: datetime | None = None,
+                      until: datetime | None = None, before: datetime | None = None,
+                      limit: int = 500) -> api.DueAccount:
+        """A page of the account of due times: from the admin service, or read from the
+        store when none answers (due times since the last process stopped: ``no_process``)."""
+        request = api.ExplainRequest(deployment_id=deployment_id, since=since, until=until,
+                                     before=before, limit=limit)
+
+        async def from_store() -> api.DueAccount:
+            reader = AccountReader(self.reader.store(), timeout=self.timeout)
+            return await guarded("the account of due times", lambda: reader.page(
+                checked(deployment_id, "deployment ID"), now=self.reader.clock.now(),
+                since=since, until=until, before=before, limit=limit))
+
+        return await self._read("schedules.explain", request, api.DueAccount, from_store)
+
+    async def explain_pages(self, deployment_id: str, *, since: datetime | None = None,
+                            until: datetime | None = None, limit: int = 500
+                            ) -> AsyncIterator[api.DueAccount]:
+        """The whole account of ``[since, until]`` page by page, newest first."""
+        before: datetime | None = None
+        while True:
+            page = await self.explain(deployment_id, since=since, until=until, before=before,
+                                      limit=limit)
+            yield page
+            if page.next_before is None:
+                return
+            before = page.next_before
+            since, until = page.since, page.until  # the window the first page settled
 
     async def run_now(self, deployment_id: str, *, by: str, reason: str | None = None,
                       request_id: str | None = None, on_behalf_of: str | None = None

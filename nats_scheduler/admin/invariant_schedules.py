@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from ..core import calendar
+from ..core.dueaccount import is_due
 from ..core.events import RunClaimed, RunCreated, RunFailed, RunRecord, ScheduleRecord
 from ..core.pause_visibility import NOT_STARTED_AFTER_PAUSE
 from ..names import due_token
@@ -59,19 +60,12 @@ def why_invented(run: RunRecord, first: StoredEvent, events: ScheduleHistory,
                               _schedule_at(events, lookback)) if s is not None]
     if not candidates:
         return "stored before its schedule existed"
-    if not any(_is_due(s, run.due_at) for s in candidates):
+    if not any(is_due(s, run.due_at) for s in candidates):
         return "not a due time of its schedule"
     if (options.windows and options.ticker_only
             and not _near_window(run.due_at, options.windows, options.margin, options.skew)):
         return "due while no replica was alive"
     return None
-
-
-def _is_due(schedule: ScheduleRecord, due: datetime) -> bool:
-    try:
-        return calendar.is_due_time(schedule.cron, schedule.timezone, due)
-    except ValueError:
-        return False
 
 
 def _near_window(instant: datetime, windows: Sequence[Window], margin: float,

@@ -46,12 +46,15 @@ from ..core.events import Caller, ScheduleRecord
 from ..jetstream.connection import connect
 from ..names import SERVICE_NAME
 from ..seam import EnqueueRequest, Trigger
+from .account_reads import AccountReader
 from .api import (
     AdminError,
     BulkAction,
     BulkResult,
     ClusterStatus,
+    DueAccount,
     ErrorCode,
+    ExplainRequest,
     Health,
     OperatorAction,
     ReplayRequest,
@@ -153,6 +156,7 @@ class AdminService:
             "schedules.release": (OperatorAction, self.release),
             "schedules.hold_bulk": (BulkAction, self.hold_bulk),
             "schedules.release_bulk": (BulkAction, self.release_bulk),
+            "schedules.explain": (ExplainRequest, self.explain),
             "runs.list": (RunListRequest, self.list_runs),
             "runs.get": (RunRef, self.get_run),
             "runs.run_now": (RunNowRequest, self.run_now),
@@ -289,6 +293,19 @@ class AdminService:
                  result.unchanged_count, ", more follow" if result.next_after else "",
                  req.reason.strip())
         return result
+
+    async def explain(self, req: ExplainRequest) -> DueAccount:
+        """A page of the account of due times, from the store (any replica answers). A page
+        that would not fit one message is asked again with half as many due times."""
+        reader = AccountReader(self.provider.store)
+        limit = req.limit
+        while True:
+            page = await reader.page(req.deployment_id, now=self._clock_now, since=req.since,
+                                     until=req.until, before=req.before, limit=limit,
+                                     running=True)
+            if limit == 1 or len(_encoder.encode(page)) <= self._budget():
+                return page
+            limit //= 2
 
     async def hold_bulk(self, req: BulkAction, caller: Caller | None) -> BulkResult:
         return await self._bulk(req, caller, held=True)

@@ -26,7 +26,8 @@ SCHEMA_VERSION = 3
 """1: the first release. 2 (additive): ``run.created`` may carry its creator's claim
 (``holder``), the Run then DISPATCHING at attempt 1 from its first event. 3 (additive): an
 operator's hold or release names the user the NATS server authenticated (``caller``; ``by``
-is then that user), and a name the client only stated is kept apart as ``on_behalf_of``."""
+is then that user), and a name the client only stated is kept apart as ``on_behalf_of``;
+a new event, ``outage.recorded`` (a span in which no provider process ran)."""
 
 
 class RunRecord(Run, frozen=True, kw_only=True):
@@ -233,11 +234,32 @@ class ScheduleReleased(OperatorChange, frozen=True, kw_only=True, tag="schedule.
 
 ScheduleEventType = ScheduleApplied | ScheduleDeleted | ScheduleHeld | ScheduleReleased
 
-AnyEvent = RunEventType | ScheduleEventType
+# ------------------------------------------------------------------------ outage events
+
+
+class OutageRecorded(Event, frozen=True, kw_only=True, tag="outage.recorded"):
+    """No provider process ran from ``start`` to ``end`` (schema 3).
+
+    Appended once per outage by the first replica to start after it (``actor``): ``end`` is
+    that replica's start, ``start`` the last instant a process provably ran (the newest
+    server timestamp of anything a process stored), and ``evidence`` names that write. Due
+    times in between were skipped by the rules (no backfill); the account of due times
+    (``core/dueaccount.py``) reads them as ``no_process``. Times are the store's clock.
+    """
+
+    start: datetime
+    end: datetime
+    evidence: str = ""
+
+
+OutageEventType = OutageRecorded
+
+AnyEvent = RunEventType | ScheduleEventType | OutageEventType
 
 _encoder = msgspec.json.Encoder()
 _run_decoder = msgspec.json.Decoder(RunEventType)
 _schedule_decoder = msgspec.json.Decoder(ScheduleEventType)
+_outage_decoder = msgspec.json.Decoder(OutageEventType)
 _any_decoder = msgspec.json.Decoder(AnyEvent)
 
 
@@ -252,6 +274,10 @@ def decode_run_event(data: bytes) -> RunEventType:
 
 def decode_schedule_event(data: bytes) -> ScheduleEventType:
     return _schedule_decoder.decode(data)
+
+
+def decode_outage_event(data: bytes) -> OutageEventType:
+    return _outage_decoder.decode(data)
 
 
 def decode_event(data: bytes) -> AnyEvent:

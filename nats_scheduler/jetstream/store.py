@@ -339,6 +339,8 @@ class Store:
             return self.names.runs_stream
         if self.names.is_index_subject(subject):
             return self.names.index_stream
+        if self.names.is_outage_subject(subject):
+            return self.names.outages_stream
         return self.names.schedules_stream
 
     async def close(self) -> None:

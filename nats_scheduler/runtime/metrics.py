@@ -107,6 +107,17 @@ RUNS_IN_FLIGHT = InstrumentSpec(
     "astrabox.scheduler.runs.in_flight", "updowncounter", "{run}",
     "Runs this process holds the lease of right now")
 
+DUE_SKIPPED = InstrumentSpec(
+    "astrabox.scheduler.due_times.skipped", "counter", "{due_time}",
+    "Due times that passed without a Run for a reason the rules give: the Schedule disabled "
+    "(reason=disabled) or held (held), no provider process running (no_process: counted by "
+    "the replica that records the outage), a change at that moment (schedule_change, "
+    "deleted)", ("reason",))
+DUE_UNEXPLAINED = InstrumentSpec(
+    "astrabox.scheduler.due_times.unexplained", "counter", "{due_time}",
+    "Due times of an active Schedule, with a replica running, that have no Run a minute "
+    "after they passed: a broken promise (page on any)")
+
 CLOCK_OFFSET = InstrumentSpec(
     "astrabox.scheduler.clock.offset", "gauge", "s",
     "This host's clock minus the store's (the server's timestamps on this process's own "
@@ -115,7 +126,8 @@ CLOCK_OFFSET = InstrumentSpec(
 
 INSTRUMENTS = (FIRE_LATENESS, RUNS_CREATED, RUNS_DISPATCHED, RUNS_FAILED, DISPATCH_ATTEMPTS,
                DISPATCH_RETRIES, TAKEOVERS, STALE_FIRE_READS, STALE_SCHEDULE_COPIES,
-               STORE_ERRORS, EVENTS_SKIPPED, SCHEDULES, RUNS_IN_FLIGHT, CLOCK_OFFSET)
+               STORE_ERRORS, EVENTS_SKIPPED, SCHEDULES, RUNS_IN_FLIGHT, CLOCK_OFFSET,
+               DUE_SKIPPED, DUE_UNEXPLAINED)
 """Every instrument the provider exports (docs/operations.md lists the same)."""
 
 
@@ -147,6 +159,8 @@ class Snapshot:
     schedules: dict[str, int] = field(default_factory=dict)
     runs_in_flight: int = 0
     lateness: dict[str, Lateness] = field(default_factory=dict)
+    due_times_skipped: dict[str, int] = field(default_factory=dict)
+    due_times_unexplained: int = 0
 
 
 def _version() -> str:
@@ -240,6 +254,16 @@ class Metrics:
         """A projection refused a message on the event subjects (a poison event)."""
         self._count(EVENTS_SKIPPED, stream, {"stream": stream})
 
+    def due_times_skipped(self, reason: str, count: int = 1) -> None:
+        """``count`` due times passed without a Run, for ``reason`` (``core/dueaccount.py``)."""
+        if count > 0:
+            self._count(DUE_SKIPPED, reason, {"reason": reason}, count)
+
+    def due_times_unexplained(self, count: int = 1) -> None:
+        """``count`` due times passed the grace without a Run and without a reason."""
+        if count > 0:
+            self._count(DUE_UNEXPLAINED, "", {}, count)
+
     def clock_offset(self, seconds: float) -> None:
         """This host's clock minus the store's, as the newest estimate has it."""
         self._offset.set(seconds)
@@ -251,9 +275,10 @@ class Metrics:
         self._in_flight += delta
         self._gauges[RUNS_IN_FLIGHT.name].add(delta)
 
-    def _count(self, spec: InstrumentSpec, key: str, attributes: Mapping[str, str]) -> None:
-        self._counters[spec.name].add(1, attributes)
-        self._counts[(spec.name, key)] += 1
+    def _count(self, spec: InstrumentSpec, key: str, attributes: Mapping[str, str],
+               amount: int = 1) -> None:
+        self._counters[spec.name].add(amount, attributes)
+        self._counts[(spec.name, key)] += amount
 
     # ------------------------------------------------------------------ Schedules
 
@@ -321,6 +346,8 @@ class Metrics:
             runs_in_flight=self._in_flight,
             lateness={stage: summary for stage, samples in self._lateness.items()
                       if (summary := _summary(samples)) is not None},
+            due_times_skipped=by_key(DUE_SKIPPED),
+            due_times_unexplained=total(DUE_UNEXPLAINED),
         )
 
 

@@ -37,7 +37,9 @@ from opentelemetry.metrics import MeterProvider
 from ..clock import Clock, ServerClock
 from ..core.events import ScheduleRecord
 from ..core.runcore import RetryPolicy
+from ..jetstream.outages import OutageLog
 from ..jetstream.ports import JetStreamPorts, open_store
+from ..jetstream.store import Store
 from ..names import scheduled_run_id
 from ..ports import StorePorts
 from ..ports.feeds import Feed
@@ -49,12 +51,14 @@ from ..seam import RunHandler, SchedulerUnavailable
 from ..settings import NatsSettings
 from ..tasks import cancel_and_wait
 from .dispatcher import Dispatcher
+from .due_watch import DueWatch
 from .firing import Firing
 from .freshness import Freshness
 from .gate import PauseGate
 from .membership import Membership
 from .memory import release_freed_memory
 from .metrics import Metrics
+from .outage_watch import OutageWatch
 from .retention import Retention
 from .ticker import FireObserver, Ticker
 
@@ -94,6 +98,7 @@ class Runtime:
         self, ports: StorePorts, settings: NatsSettings, *, ledger: Ledger,
         table: ScheduleTable, clock: Clock, identity: str, handler: RunHandler,
         metrics: Metrics | None = None, fire_observer: FireObserver | None = None,
+        outages: OutageWatch | None = None,
     ) -> None:
         clock = ServerClock.wrap(clock)  # fire by the store's clock (docs/architecture.md)
         self.ports = ports
@@ -111,6 +116,9 @@ class Runtime:
         self._identity = identity
         self.freshness = Freshness(self.schedules, self._schedules_position, clock)
         self.membership = Membership(ports.replicas, identity, clock, self.metrics)
+        self.outages = outages
+        """The outage this start ends, recorded once the replica joined (at most one write);
+        None where the store records no outages (the in-memory store of the simulation)."""
         # One Run's path, in order: the ticker plans and fires its due time, the firing
         # stores it (fresh read, announce, create) and hands it to the dispatcher, which
         # asks the pause gate once and calls the handler.
@@ -134,6 +142,9 @@ class Runtime:
         self.retention = Retention(self.history, table, ledger, clock,
                                    interval=settings.retention_interval,
                                    owns=self.membership.owns)
+        self.due_watch = DueWatch(table, ledger, self.history, clock, self.metrics,
+                                  owns=self.membership.owns_due)
+        """The due times that passed without a Run, counted once a minute (metrics)."""
         self.began = clock.now()
         """When this process started, by the store's clock once it is known (the ticker's
         first due times count from here)."""
@@ -162,16 +173,27 @@ class Runtime:
         began_mark = clock.mark() if isinstance(clock, ServerClock) else None
         metrics = Metrics(meter_provider)
         opened: StorePorts
+        outages: OutageWatch | None = None
         if ports is not None:
             opened = await ports(ledger, table, clock, identity)
         else:
-            store = await open_store(settings, identity, count_error=metrics.store_error)
+            watch: list[OutageWatch] = []
+
+            async def note_last_writes(store: Store) -> None:
+                """Before this process stores anything: the newest sign of life of another."""
+                watch.append(OutageWatch(OutageLog(store), store.names, identity=identity,
+                                         clock=clock, table=table, metrics=metrics))
+                await watch[0].before_start()
+
+            store = await open_store(settings, identity, count_error=metrics.store_error,
+                                     before_ensure=note_last_writes)
+            outages = watch[0]
             opened = JetStreamPorts(store, ledger=ledger, table=table, clock=clock,
                                     identity=identity, on_stale=metrics.stale_schedule_copy)
         try:
             runtime = cls(opened, settings, ledger=ledger, table=table, clock=clock,
                           identity=identity, handler=handler, metrics=metrics,
-                          fire_observer=fire_observer)
+                          fire_observer=fire_observer, outages=outages)
             runtime.began = began
             runtime._began_mark = began_mark
             await runtime.load_projections()
@@ -245,6 +267,10 @@ class Runtime:
                     log.warning("loading the schedules makes no progress; still waiting")
             await self.membership.join()
             self._correct_began()
+            if self.membership.presence is not None and self.outages is not None:
+                self._background.append(asyncio.create_task(
+                    self.outages.after_join(self._began_mark), name="outage record"))
+            self.due_watch.start_at(self.began)
             records = self.table.all()
             self.table.subscribe(ticker.update)  # changes from now on plan themselves
             self.metrics.watch_schedules(records, self.table.subscribe)
@@ -302,6 +328,9 @@ class Runtime:
                                 name="schedule load and warm-up"),
             asyncio.create_task(self.retention.forever(), name="retention"),
         ]
+        if isinstance(self._clock, ServerClock):  # counted by the store's clock only
+            self._background.append(asyncio.create_task(self.due_watch.forever(),
+                                                        name="due times counted"))
 
     async def _warm_up(self) -> None:
         """Load each deployment's newest Run and the last day's Runs into the ledger's
