@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from ..clock import Clock, ServerClock, sleep_for
 from ..core.dueaccount import Outage
 from ..core.events import OutageRecorded
-from ..core.liveness import LastRecord, Peer, Sign, outage_before, skipped_during
+from ..core.liveness import LastRecord, Sign, outage_before, skipped_during
 from ..jetstream.errors import Conflict
 from ..jetstream.outages import LastWrite, OutageLog
 from ..names import Names
@@ -131,9 +131,8 @@ class OutageWatch:
 
     async def _record(self, began: datetime) -> Outage | None:
         assert self._signs is not None
-        peers = [Peer(self._names.replica_of_key(seen.key), seen.stamp, seen.left,
-                      seen.started_at)
-                 for seen in await self._log.replicas_seen() if seen.key != self._own_key]
+        peers = [peer for key, peer in (await self._log.replicas_seen()).items()
+                 if key != self._own_key]
         for _ in range(RACES):
             seq, last = await self._log.last()
             stored = None if last is None else LastRecord(last.event.start, last.event.end,
