@@ -146,7 +146,7 @@ class AccountReader:
         if running:
             return found
         seen = await self._outages.replicas_seen()
-        if any(not s.left for s in seen):
+        if any(not peer.left for peer in seen.values()):
             return found  # a replica put its key within the bucket's max age
         newest = max((w.at for w in await self._outages.last_writes()), default=None)
         if newest is not None:

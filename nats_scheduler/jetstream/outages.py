@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -36,6 +35,7 @@ from nats.js.kv import KeyValue
 
 from ..core.dueaccount import Outage
 from ..core.events import OutageRecorded, decode_outage_event, encode
+from ..core.liveness import Peer
 from ..names import HDR_SEQUENCE, HDR_TIME_STAMP, Names, outage_msg_id, stream_info_subject
 from ..settings import NatsSettings
 from .store import Store
@@ -82,17 +82,6 @@ class LastWrite:
 
     stream: str
     at: datetime
-
-
-@dataclass(frozen=True)
-class ReplicaSeen:
-    """A replica's key in the replicas bucket: its newest put, or its leave (``left``)."""
-
-    key: str
-    stamp: datetime
-    left: bool
-    started_at: datetime | None
-    """When the replica joined, as its own value says (None for a leave)."""
 
 
 class _Joined(msgspec.Struct):
@@ -182,13 +171,28 @@ class OutageLog:
                 found.append(LastWrite(stream, at))
         return found
 
-    async def replicas_seen(self) -> list[ReplicaSeen]:
-        """Every key of the replicas bucket as stored now: its newest put or its leave."""
+    async def replicas_seen(self) -> dict[str, Peer]:
+        """Every key of the replicas bucket as stored now (its newest put or its leave), by
+        key, as the replica it names."""
         try:
             kv = await self._store.js.key_value(self._names.replicas_bucket)
         except nats.js.errors.BucketNotFoundError:
-            return []
-        return await _keys(kv)
+            return {}
+        return {key: self._peer(key, entry) for key, entry in (await _keys(kv)).items()}
+
+    def _peer(self, key: str, entry: KeyValue.Entry) -> Peer:
+        created = entry.created
+        stamp = created if isinstance(created, datetime) else datetime.fromtimestamp(0, UTC)
+        left = entry.operation in ("DEL", "PURGE") or not entry.value
+        started = None
+        if not left:
+            with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+                started = msgspec.json.decode(entry.value or b"", type=_Joined).started_at
+        try:
+            name = self._names.replica_of_key(key)
+        except (ValueError, UnicodeDecodeError):
+            name = key
+        return Peer(name, stamp, left, started)
 
     # ------------------------------------------------------------------ records
 
@@ -246,18 +250,18 @@ def _recorded(msg: Msg) -> Recorded | None:
     return Recorded(int(headers.get(HDR_SEQUENCE, 0)), stored_at, event)
 
 
-async def _keys(kv: KeyValue) -> list[ReplicaSeen]:
+async def _keys(kv: KeyValue) -> dict[str, KeyValue.Entry]:
     """The bucket's keys as a watch replays them; the replay ends at the entry delivered
     with nothing pending after it (nats-py's end marker can come before entries already
     delivered: ``jetstream/presence.py`` says why)."""
     watcher = await kv.watchall()
-    found: list[ReplicaSeen] = []
+    found: dict[str, KeyValue.Entry] = {}
     with contextlib.suppress(TimeoutError):
         await _replay(watcher, found)
     return found
 
 
-async def _replay(watcher: KeyValue.KeyWatcher, found: list[ReplicaSeen]) -> None:
+async def _replay(watcher: KeyValue.KeyWatcher, found: dict[str, KeyValue.Entry]) -> None:
     try:
         async with asyncio.timeout(REPLAY_TIMEOUT):
             async for entry in watcher:
@@ -265,7 +269,7 @@ async def _replay(watcher: KeyValue.KeyWatcher, found: list[ReplicaSeen]) -> Non
                     if not found:
                         break  # an empty bucket: the marker is all there is
                     continue
-                found.append(_seen(entry))
+                found[entry.key] = entry
                 if not entry.delta:
                     break
     finally:
@@ -273,21 +277,5 @@ async def _replay(watcher: KeyValue.KeyWatcher, found: list[ReplicaSeen]) -> Non
             await watcher.stop()
 
 
-def _seen(entry: KeyValue.Entry) -> ReplicaSeen:
-    created = entry.created
-    stamp = created if isinstance(created, datetime) else datetime.fromtimestamp(0, UTC)
-    left = entry.operation in ("DEL", "PURGE") or not entry.value
-    started = None
-    if not left:
-        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
-            started = msgspec.json.decode(entry.value or b"", type=_Joined).started_at
-    return ReplicaSeen(entry.key, stamp, left, started)
-
-
-def newest(writes: Sequence[LastWrite]) -> LastWrite | None:
-    """The newest of ``writes``."""
-    return max(writes, key=lambda w: w.at, default=None)
-
-
-__all__ = ["LastWrite", "OutageLog", "Recorded", "ReplicaSeen", "newest", "parse_server_time",
+__all__ = ["LastWrite", "OutageLog", "Recorded", "parse_server_time",
            "stream_config"]

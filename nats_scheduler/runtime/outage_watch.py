@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from ..clock import Clock, ServerClock, sleep_for
 from ..core.dueaccount import Outage
 from ..core.events import OutageRecorded
-from ..core.liveness import LastRecord, Peer, Sign, outage_before, skipped_during
+from ..core.liveness import LastRecord, Sign, outage_before, skipped_during
 from ..jetstream.errors import Conflict
 from ..jetstream.outages import LastWrite, OutageLog
 from ..names import Names
@@ -43,6 +43,9 @@ SETTLE_SECONDS = 4.0
 
 RACES = 3
 """Times a replica decides again after another one appended a record first."""
+
+ESTIMATE_PATIENCE = 30.0
+"""Seconds a start waits for a fresh estimate of the store's clock before giving up."""
 
 
 def _what(names: Names, write: LastWrite) -> str:
@@ -97,6 +100,15 @@ class OutageWatch:
             return None
         return clock.at(mark) + timedelta(seconds=estimate.width)
 
+    async def _began(self, mark: float) -> datetime | None:
+        """:meth:`_start` once the clock has a fresh estimate: a busy process's first beat
+        can come after the settling wait, and deciding without it would silently record
+        nothing (the estimate is also tighter now than at the join)."""
+        deadline = self._clock.now() + timedelta(seconds=ESTIMATE_PATIENCE)
+        while (began := self._start(mark)) is None and self._clock.now() < deadline:
+            await sleep_for(self._clock, 0.25)
+        return began
+
     async def after_join(self, began_mark: float | None) -> Outage | None:
         """Record the outage ending at this replica's start (``began_mark``, on its elapsed
         time: ``ServerClock.mark``), if there was one."""
@@ -106,14 +118,17 @@ class OutageWatch:
             self.decided.set()
 
     async def _after_join(self, began_mark: float | None) -> Outage | None:
-        if self._signs is None or began_mark is None or self._start(began_mark) is None:
+        if (self._signs is None or began_mark is None
+                or not isinstance(self._clock, ServerClock)):
             return None
         # at once: outages are recorded from the stream's creation on (the account's floor)
         if not await self._log.ensure():
             return None
         await sleep_for(self._clock, SETTLE_SECONDS)
-        began = self._start(began_mark)  # the estimate is tighter now than at the join
+        began = await self._began(began_mark)
         if began is None:
+            log.warning("this start records no outage: no estimate of the store's clock in "
+                        "%.0f s (the presence beat stored nothing)", ESTIMATE_PATIENCE)
             return None
         try:
             outage = await self._record(began)
@@ -132,12 +147,11 @@ class OutageWatch:
     async def _record(self, began: datetime) -> Outage | None:
         assert self._signs is not None
         seen_now = await self._log.replicas_seen()
-        peers = [Peer(self._names.replica_of_key(seen.key), seen.stamp, seen.left,
-                      seen.started_at) for seen in seen_now if seen.key != self._own_key]
-        mine = [seen.started_at for seen in seen_now
-                if seen.key == self._own_key and seen.started_at is not None]
+        peers = [peer for key, peer in seen_now.items() if key != self._own_key]
+        mine = seen_now.get(self._own_key)
         # replicas starting together: the first by (started_at, name) records (liveness.py)
-        own = (mine[0], self._names.replica_of_key(self._own_key)) if mine else None
+        own = ((mine.started_at, mine.name)
+               if mine is not None and mine.started_at is not None else None)
         for _ in range(RACES):
             seq, last = await self._log.last()
             stored = None if last is None else LastRecord(last.event.start, last.event.end,
