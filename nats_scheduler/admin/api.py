@@ -13,6 +13,7 @@ Endpoint subjects (``P`` = ``ASTRABOX_NATS_PREFIX``)::
     P.admin.schedules.release   OperatorAction        -> ScheduleView
     P.admin.schedules.hold_bulk    BulkAction         -> BulkResult
     P.admin.schedules.release_bulk BulkAction         -> BulkResult
+    P.admin.schedules.load      LoadRequest           -> LoadAhead
     P.admin.runs.list           RunListRequest        -> RunList
     P.admin.runs.get            RunRef                -> RunView
     P.admin.runs.run_now        RunNowRequest         -> RunView
@@ -156,6 +157,45 @@ class ReplicaMetrics(msgspec.Struct, frozen=True, kw_only=True):
     schedules: dict[str, int] = {}
     runs_in_flight: int = 0
     lateness: dict[str, LatenessSummary] = {}
+    auto_holds: int = 0
+    """Schedules it held after repeated failures (``ASTRABOX_NATS_AUTO_HOLD_AFTER_FAILURES``)."""
+    holds_ended: int = 0
+    """Holds with an end it released when the end came."""
+    recent_lateness: dict[str, list[float]] = {}
+    """Per stage, the lateness (seconds) of its latest firings one by one, oldest first
+    (at most 120; empty from replicas older than the field)."""
+
+
+class LoadMinute(msgspec.Struct, frozen=True, kw_only=True):
+    minute: datetime
+    """A whole minute, UTC."""
+    due: int
+    """Scheduled Runs due in it, across every Schedule that fires then."""
+
+
+class LoadAhead(msgspec.Struct, frozen=True, kw_only=True):
+    """The scheduled Runs due in each minute ahead (admin/load.py): the minutes with at least
+    one, ascending, and what the live replicas start in a minute's first seconds.
+
+    ``capacity`` is what ``replicas`` start within ``lateness`` seconds at ``rate`` Runs a
+    second each (core/herd.py, the figure ``status`` and ``doctor`` warn by); a minute with
+    more due is a herd. None when no replica answered (read from the store).
+    """
+
+    minutes: list[LoadMinute]
+    start: datetime
+    end: datetime
+    replicas: int | None = None
+    rate: float = 0.0
+    lateness: float = 0.0
+    capacity: int | None = None
+
+    def herds(self) -> list[LoadMinute]:
+        """The minutes with more due than ``capacity``, the busiest first."""
+        if self.capacity is None:
+            return []
+        over = [m for m in self.minutes if m.due > self.capacity]
+        return sorted(over, key=lambda m: (-m.due, m.minute))
 
 
 class ReplicaView(msgspec.Struct, frozen=True, kw_only=True):
@@ -289,6 +329,9 @@ class OperatorAction(msgspec.Struct, frozen=True, kw_only=True):
     on_behalf_of: str | None = None
     """Whom the operator says they act for (``--by``): recorded as stated, never as who acted
     (the service records the user the server authenticated, when it can)."""
+    until: datetime | None = None
+    """A hold only: when it lifts itself (on the store's clock; a due time at or after it
+    fires). With its time zone, still to come; None: until released."""
 
 
 class BulkAction(msgspec.Struct, frozen=True, kw_only=True):
@@ -298,11 +341,18 @@ class BulkAction(msgspec.Struct, frozen=True, kw_only=True):
     on_behalf_of: str | None = None
     """Whom the operator says they act for (``--by``): recorded as stated, never as who acted
     (the service records the user the server authenticated, when it can)."""
+    until: datetime | None = None
+    """A hold only: when the holds lift themselves (as :attr:`OperatorAction.until`)."""
     after: str | None = None
     """Act only on the matching Schedules after this deployment ID (BulkResult.next_after)."""
     limit: int | None = None
     """Act on at most this many (1..1000) and answer with ``next_after`` when more match;
     None: all of them in one answer (how clients older than pages ask)."""
+
+
+class LoadRequest(msgspec.Struct, frozen=True, kw_only=True):
+    hours: int = 24
+    """How far ahead, from now (1..48)."""
 
 
 class RunListRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -353,7 +403,8 @@ class AdminBackend(Protocol):
     async def list_runs(self, deployment_id: str, *, limit: int = 50,
                         before: str | None = None) -> RunList: ...
     async def get_run(self, run_id: str) -> RunView: ...
-    async def hold(self, deployment_id: str, *, by: str, reason: str) -> ScheduleView: ...
+    async def hold(self, deployment_id: str, *, by: str, reason: str,
+                   until: datetime | None = None) -> ScheduleView: ...
     async def release(self, deployment_id: str, *, by: str, reason: str) -> ScheduleView: ...
     async def hold_bulk(self, filter: str, *, by: str, reason: str,
                         after: str | None = None, limit: int | None = None) -> BulkResult: ...
@@ -366,6 +417,7 @@ class AdminBackend(Protocol):
                       reason: str | None = None) -> RunView: ...
     async def replay(self, run_id: str, *, by: str, reason: str | None = None) -> RunView: ...
     async def cluster_status(self) -> ClusterStatus: ...
+    async def load_ahead(self, hours: int = 24) -> LoadAhead: ...
     async def health(self) -> Health: ...
     def events(self, *, deployment_id: str | None = None,
                types: set[str] | None = None, history: int = 100) -> AsyncIterator[object]: ...
