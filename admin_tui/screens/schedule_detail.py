@@ -1,4 +1,5 @@
-"""One Schedule: its definition, its next 10 due times (DST marked), its Runs, paged."""
+"""One Schedule: its definition, its next 10 due times (DST marked), its recent lateness
+drawn, its Runs, paged."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ..messages import ActionOutcome, DetailLoaded, RunsLoaded
 from ..widgets.definition import DefinitionPanel
 from ..widgets.run_summary import RunSummary
 from ..widgets.run_table import RunTable
+from ..widgets.schedule_lateness import ScheduleLateness
 from ..widgets.top_bar import TopBar
 from ..widgets.upcoming import UpcomingTable
 from .base import PAINT
@@ -54,6 +56,7 @@ class ScheduleDetailScreen(OperatorActions):
         with Horizontal(id="detail-top"):
             yield DefinitionPanel(id="definition")
             yield UpcomingTable(id="upcoming")
+        yield ScheduleLateness(self.deployment_id, id="schedule-lateness")
         yield Label("", id="runs-title")
         yield RunTable(id="runs")
         yield RunSummary(id="run-summary")
@@ -78,6 +81,8 @@ class ScheduleDetailScreen(OperatorActions):
             self._load_detail()
         if dirty is None or "runs" in dirty:
             self._load_runs(self.cursors[-1])
+            if dirty is not None:  # mounting loads it by itself
+                self.query_one(ScheduleLateness).reload()
 
     @work(group="detail", exclusive=True, exit_on_error=False)
     async def _load_detail(self) -> None:
