@@ -60,7 +60,7 @@ def load_text(load: LoadAhead) -> str:
         lines.append("no scheduler process answered (read from the store): herds not judged")
     else:
         replicas = load.replicas or 1
-        lines.append(f"{replicas} live replica{'' if replicas == 1 else 's'} start about "
+        lines.append(f"{replicas} live replica{' starts' if replicas == 1 else 's start'} about "
                      f"{load.capacity:,} within {load.lateness:g} s of a minute "
                      f"({load.rate:,.0f} a second each): a minute with more due is a herd")
     herds = load.herds()
