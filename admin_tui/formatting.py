@@ -175,7 +175,8 @@ def event_summary(event: object) -> str:
             parts.append(f"by {run.requested_by}")
         return " · ".join(parts)
     if isinstance(event, (ev.ScheduleHeld, ev.ScheduleReleased)):
-        return f"by {who_text(event.by, event.caller, event.on_behalf_of)}: {event.reason}"
+        ends = f" until {utc(event.until)}" if event.until is not None else ""
+        return f"by {who_text(event.by, event.caller, event.on_behalf_of)}{ends}: {event.reason}"
     if isinstance(event, ev.ScheduleEvent):
         s = event.schedule
         return f"{s.name} · {s.cron} · {s.timezone} · {'enabled' if s.enabled else 'disabled'}"

@@ -9,13 +9,14 @@ next one (3 to 63 s). Refusals (no time zone, the past) write nothing.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import anyio
 import pytest
 
 from nats_scheduler.admin.service import start_admin_service
 from nats_scheduler.cli.main import main
+from nats_scheduler.clock import ManualClock
 from nats_scheduler.core import events as ev
 from nats_scheduler.core.events import decode_schedule_event
 from nats_scheduler.names import scheduled_run_id
@@ -143,3 +144,23 @@ async def test_an_end_without_a_time_zone_or_in_the_past_is_refused(
             assert "until " in out
         finally:
             await service.stop()
+
+
+async def test_the_firing_path_treats_the_hold_as_lifted_from_its_end_before_any_release(
+        nats_url: str) -> None:
+    """On a frozen clock no release is ever written (its end never comes), yet the due time
+    at the end fires, and the one before it does not: the firing path judges the hold by its
+    end, on the stored Schedule (``fire_due`` is the ticker's path)."""
+    start = datetime(2031, 1, 1, 2, 0, tzinfo=UTC)
+    end = start + timedelta(minutes=5)
+    async with running(nats_url, unique_prefix(), clock=ManualClock(start)) as provider:
+        await provider.apply(Schedule(DEP, "Window", "* * * * *", "UTC", True,
+                                      RunPayload("agent/etl", "load"), 1))
+        await provider.hold(DEP, by="ops", reason="migration", until=end)
+        assert await provider.fire_due(DEP, end - timedelta(minutes=1)) is None
+        run = await provider.fire_due(DEP, end)
+        assert run is not None and run.due_at == end
+        stored = await provider.runtime.schedules.read(DEP)  # type: ignore[union-attr]
+        assert stored is not None and stored.hold is not None  # still held, as stored
+        assert [type(e) for _, e in await changes(provider)] == [ev.ScheduleApplied,
+                                                                ev.ScheduleHeld]
