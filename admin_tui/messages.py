@@ -14,7 +14,6 @@ from textual.message import Message
 
 from nats_scheduler.admin.api import (
     BulkResult,
-    ClusterStatus,
     DueAccount,
     ErrorCode,
     RunList,
@@ -110,10 +109,13 @@ class RunsLoaded(Message):
         self.page_before = page_before
 
 
-class ClusterLoaded(Message):
-    def __init__(self, status: ClusterStatus) -> None:
+class AnswerLoaded(Message):
+    """The one answer a view shows (``cluster.status``, ``schedules.load``): see
+    ``screens/one_answer.py``."""
+
+    def __init__(self, answer: object) -> None:
         super().__init__()
-        self.status = status
+        self.answer = answer
 
 
 @dataclass

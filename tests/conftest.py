@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import AsyncIterator, Generator, Iterator, Mapping
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import pytest
 
 from nats_scheduler.natsserver.process import NatsServer
 from tests.harness.cluster import NatsCluster
-from tests.harness.minute_account import Background
+from tests.harness.minute_account import SharedScenario
 from tests.harness.natscli import INSTALL_HINT as NATS_CLI_HINT
 from tests.harness.natscli import VERSION as NATS_CLI_VERSION
 from tests.harness.natscli import NatsCliUnavailable, ensure_nats_cli
@@ -197,24 +196,32 @@ def jq() -> str:
 # The account of due times across real minute boundaries (``tests/harness/minute_account.py``)
 # needs about five and a half minutes of wall time, mostly waiting for the minutes to pass.
 # When its test is collected, the scenario starts as a child process as soon as collection
-# ends, so those minutes overlap the rest of the suite; the test waits for its result. The
-# session stops it (by its PID) if it is still running at the end.
+# ends, so those minutes overlap the rest of the suite; the test waits for its result. Under
+# pytest-xdist every worker collects the test, and the first to claim the run's shared folder
+# (beside the workers' own temporary folders) starts the one scenario; the test reads its
+# result wherever it runs. The owner's session lets it end (or stops it by its PID when the
+# run is interrupted).
 
 MINUTES_TEST = "tests/test_whole_account_on_real_minutes.py"
-_MINUTES = pytest.StashKey[Background]()
+_MINUTES = pytest.StashKey[SharedScenario]()
+
+
+def _minutes_folder(config: pytest.Config) -> Path:
+    """Shared by every process of one run: the run's temporary folder (xdist gives each
+    worker a folder inside it)."""
+    base = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    return (base.parent if hasattr(config, "workerinput") else base) / "minute-account"
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     if any(item.nodeid.startswith(MINUTES_TEST) for item in session.items):
-        work = Path(tempfile.mkdtemp(prefix="minute-account-result-"))
-        session.config.stash[_MINUTES] = Background(work / "result.json", work / "log.txt")
+        session.config.stash[_MINUTES] = SharedScenario(_minutes_folder(session.config))
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     scenario = session.config.stash.get(_MINUTES, None)
     if scenario is not None:
-        scenario.stop()
-        shutil.rmtree(scenario.out.parent, ignore_errors=True)
+        scenario.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
 
 
 @pytest.fixture(scope="session")
@@ -222,7 +229,6 @@ def real_minutes(request: pytest.FixtureRequest) -> dict[str, object]:
     """What the real-minutes scenario saw (it runs in the background from the start)."""
     scenario = request.config.stash.get(_MINUTES, None)
     if scenario is None:  # collected some other way: start it now
-        work = Path(tempfile.mkdtemp(prefix="minute-account-result-"))
-        scenario = request.config.stash[_MINUTES] = Background(work / "result.json",
-                                                                work / "log.txt")
+        scenario = request.config.stash[_MINUTES] = SharedScenario(
+            _minutes_folder(request.config))
     return scenario.result()

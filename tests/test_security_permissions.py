@@ -245,6 +245,7 @@ async def test_operator_console_and_cli_work(tmp_path: Path) -> None:
                 assert replay.replay_of == run_id and now.requested_by == "operator"
                 assert (await client.cluster_status()).replicas
                 await client.health()
+                assert (await client.load_ahead(1)).capacity is not None  # the service's
                 events = await client.recent_events(deployment_id="dep-a", history=20)
                 assert "schedule.held" in {type(e).__struct_config__.tag for e in events}
             # no scheduler process: reads come straight from the store
@@ -338,6 +339,7 @@ async def test_auditor_views_streams_kv_and_watches_events(tmp_path: Path) -> No
                 await client.get_schedule("dep-b")
                 await client.cluster_status()
                 await client.health()
+                assert (await client.load_ahead(1)).capacity is not None  # the service's
             assert (await client.list_runs("dep-a")).runs[0].run_id == run_id  # from the store
             events = await client.recent_events(history=50)
             assert {"schedule.applied", "run.created", "run.dispatched"} <= {

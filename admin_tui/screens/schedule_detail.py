@@ -1,5 +1,6 @@
-"""One Schedule: its definition, its next 10 due times (DST marked), its past due times each
-with its Run or why there is none, and its Runs; the last two paged."""
+"""One Schedule: its definition, its next 10 due times (DST marked), its recent lateness
+drawn, its past due times each with its Run or why there is none, and its Runs; the last
+two paged."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from ..widgets.definition import DefinitionPanel
 from ..widgets.past_due import PastDueTable
 from ..widgets.run_summary import RunSummary
 from ..widgets.run_table import RunTable
+from ..widgets.schedule_lateness import ScheduleLateness
 from ..widgets.top_bar import TopBar
 from ..widgets.upcoming import UpcomingTable
 from .base import PAINT
@@ -68,6 +70,7 @@ class ScheduleDetailScreen(OperatorActions):
         with Horizontal(id="detail-top"):
             yield DefinitionPanel(id="definition")
             yield UpcomingTable(id="upcoming")
+        yield ScheduleLateness(self.deployment_id, id="schedule-lateness")
         yield PastDueTable(id="past-due")
         yield Label("", id="runs-title")
         yield RunTable(id="runs")
@@ -94,6 +97,8 @@ class ScheduleDetailScreen(OperatorActions):
             self._load_due(self.due_cursors[-1])  # a change of the Schedule changes it too
         if dirty is None or "runs" in dirty:
             self._load_runs(self.cursors[-1])
+            if dirty is not None:  # mounting loads it by itself
+                self.query_one(ScheduleLateness).reload()
         elif "due" in dirty:
             self._load_due(self.due_cursors[-1])
 

@@ -14,6 +14,7 @@ Endpoint subjects (``P`` = ``ASTRABOX_NATS_PREFIX``)::
     P.admin.schedules.hold_bulk    BulkAction         -> BulkResult
     P.admin.schedules.release_bulk BulkAction         -> BulkResult
     P.admin.schedules.explain   ExplainRequest        -> DueAccount
+    P.admin.schedules.load      LoadRequest           -> LoadAhead
     P.admin.runs.list           RunListRequest        -> RunList
     P.admin.runs.get            RunRef                -> RunView
     P.admin.runs.run_now        RunNowRequest         -> RunView
@@ -34,6 +35,9 @@ import msgspec
 from ..core.dueaccount import DueTime
 from ..core.events import RunRecord, ScheduleRecord
 from ..seam import RunState
+from .load_api import LoadAhead as LoadAhead  # the load's types, re-exported
+from .load_api import LoadMinute as LoadMinute
+from .load_api import LoadRequest as LoadRequest
 
 
 class ErrorCode(StrEnum):
@@ -181,6 +185,13 @@ class ReplicaMetrics(msgspec.Struct, frozen=True, kw_only=True):
     """Due times without a Run by reason (``disabled``, ``held``, ``no_process``, ...)."""
     due_times_unexplained: int = 0
     """Due times without a Run and without a reason: broken promises."""
+    auto_holds: int = 0
+    """Schedules it held after repeated failures (``ASTRABOX_NATS_AUTO_HOLD_AFTER_FAILURES``)."""
+    holds_ended: int = 0
+    """Holds with an end it released when the end came."""
+    recent_lateness: dict[str, list[float]] = {}
+    """Per stage, the lateness (seconds) of its latest firings one by one, oldest first
+    (at most 120; empty from replicas older than the field)."""
 
 
 class ReplicaView(msgspec.Struct, frozen=True, kw_only=True):
@@ -314,6 +325,9 @@ class OperatorAction(msgspec.Struct, frozen=True, kw_only=True):
     on_behalf_of: str | None = None
     """Whom the operator says they act for (``--by``): recorded as stated, never as who acted
     (the service records the user the server authenticated, when it can)."""
+    until: datetime | None = None
+    """A hold only: when it lifts itself (on the store's clock; a due time at or after it
+    fires). With its time zone, still to come; None: until released."""
 
 
 class BulkAction(msgspec.Struct, frozen=True, kw_only=True):
@@ -323,6 +337,8 @@ class BulkAction(msgspec.Struct, frozen=True, kw_only=True):
     on_behalf_of: str | None = None
     """Whom the operator says they act for (``--by``): recorded as stated, never as who acted
     (the service records the user the server authenticated, when it can)."""
+    until: datetime | None = None
+    """A hold only: when the holds lift themselves (as :attr:`OperatorAction.until`)."""
     after: str | None = None
     """Act only on the matching Schedules after this deployment ID (BulkResult.next_after)."""
     limit: int | None = None
@@ -392,7 +408,8 @@ class AdminBackend(Protocol):
     async def explain(self, deployment_id: str, *, since: datetime | None = None,
                       until: datetime | None = None, before: datetime | None = None,
                       limit: int = 500) -> DueAccount: ...
-    async def hold(self, deployment_id: str, *, by: str, reason: str) -> ScheduleView: ...
+    async def hold(self, deployment_id: str, *, by: str, reason: str,
+                   until: datetime | None = None) -> ScheduleView: ...
     async def release(self, deployment_id: str, *, by: str, reason: str) -> ScheduleView: ...
     async def hold_bulk(self, filter: str, *, by: str, reason: str,
                         after: str | None = None, limit: int | None = None) -> BulkResult: ...
@@ -405,6 +422,7 @@ class AdminBackend(Protocol):
                       reason: str | None = None) -> RunView: ...
     async def replay(self, run_id: str, *, by: str, reason: str | None = None) -> RunView: ...
     async def cluster_status(self) -> ClusterStatus: ...
+    async def load_ahead(self, hours: int = 24) -> LoadAhead: ...
     async def health(self) -> Health: ...
     def events(self, *, deployment_id: str | None = None,
                types: set[str] | None = None, history: int = 100) -> AsyncIterator[object]: ...

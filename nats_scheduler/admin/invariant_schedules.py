@@ -34,10 +34,16 @@ def _schedule_at(events: ScheduleHistory, instant: datetime) -> ScheduleRecord |
 
 
 def _inactive_since(events: ScheduleHistory, instant: datetime) -> datetime | None:
-    """When the Schedule stopped firing, if it was not firing at ``instant``; else None."""
+    """When the Schedule stopped firing, if it was not firing at ``instant``; else None.
+
+    A state fired if it was active, or held by a hold whose end came before the next event
+    (before ``instant`` for the last): the hold lifted itself then, release stored or not.
+    """
     since = None
-    for stored, event in _until(events, instant):
-        if event.schedule.active:
+    before = _until(events, instant)
+    for i, (stored, event) in enumerate(before):
+        end = before[i + 1][0].stored_at if i + 1 < len(before) else instant
+        if event.schedule.fires_at(end):
             since = None
         elif since is None:
             since = stored.stored_at
@@ -98,11 +104,14 @@ def expected_due_times(schedules: Mapping[str, ScheduleHistory], options: Option
 
 def _active_spans(events: ScheduleHistory, now: datetime
                   ) -> Iterator[tuple[datetime, datetime, ScheduleRecord]]:
-    """(from, until, record) for each stretch in which one active definition was in force."""
+    """(from, until, record) for each stretch in which one active definition was in force
+    (a hold with an end: from that end, which comes before its release is stored)."""
     for i, (stored, event) in enumerate(events):
-        if event.schedule.active:
-            until = events[i + 1][0].stored_at if i + 1 < len(events) else now
-            yield stored.stored_at, until, event.schedule
+        record = event.schedule
+        until = events[i + 1][0].stored_at if i + 1 < len(events) else now
+        start = stored.stored_at if record.active else record.resumes_at
+        if start is not None and max(start, stored.stored_at) < until:
+            yield max(start, stored.stored_at), until, record
 
 
 def _merged(windows: Sequence[Window]) -> list[Window]:

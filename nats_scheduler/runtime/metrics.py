@@ -16,6 +16,7 @@ alert to set on it.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
@@ -44,6 +45,10 @@ FailureReason = Literal["permanent", "exhausted", "paused"]
 
 LATENESS_WINDOW = 1000
 """The snapshot's lateness percentiles are over this many latest firings per stage."""
+
+RECENT_LATENESS = 120
+"""The latest firings per stage whose lateness ``replica.status`` returns one by one (the
+console draws them): a couple of hours of an every-minute Schedule, a few KiB."""
 
 LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                     300.0)
@@ -117,6 +122,13 @@ DUE_UNEXPLAINED = InstrumentSpec(
     "astrabox.scheduler.due_times.unexplained", "counter", "{due_time}",
     "Due times of an active Schedule, with a replica running, that have no Run a minute "
     "after they passed: a broken promise (page on any)")
+AUTO_HOLDS = InstrumentSpec(
+    "astrabox.scheduler.schedules.auto_held", "counter", "{schedule}",
+    "Schedules this process held after their scheduled Runs failed "
+    "ASTRABOX_NATS_AUTO_HOLD_AFTER_FAILURES times in a row")
+HOLDS_ENDED = InstrumentSpec(
+    "astrabox.scheduler.schedules.holds_ended", "counter", "{schedule}",
+    "Holds with an end that this process released when their end came")
 
 CLOCK_OFFSET = InstrumentSpec(
     "astrabox.scheduler.clock.offset", "gauge", "s",
@@ -126,8 +138,8 @@ CLOCK_OFFSET = InstrumentSpec(
 
 INSTRUMENTS = (FIRE_LATENESS, RUNS_CREATED, RUNS_DISPATCHED, RUNS_FAILED, DISPATCH_ATTEMPTS,
                DISPATCH_RETRIES, TAKEOVERS, STALE_FIRE_READS, STALE_SCHEDULE_COPIES,
-               STORE_ERRORS, EVENTS_SKIPPED, SCHEDULES, RUNS_IN_FLIGHT, CLOCK_OFFSET,
-               DUE_SKIPPED, DUE_UNEXPLAINED)
+               STORE_ERRORS, EVENTS_SKIPPED, SCHEDULES, RUNS_IN_FLIGHT, AUTO_HOLDS,
+               HOLDS_ENDED, CLOCK_OFFSET, DUE_SKIPPED, DUE_UNEXPLAINED)
 """Every instrument the provider exports (docs/operations.md lists the same)."""
 
 
@@ -161,6 +173,10 @@ class Snapshot:
     lateness: dict[str, Lateness] = field(default_factory=dict)
     due_times_skipped: dict[str, int] = field(default_factory=dict)
     due_times_unexplained: int = 0
+    auto_holds: int = 0
+    holds_ended: int = 0
+    recent_lateness: dict[str, list[float]] = field(default_factory=dict)
+    """The latest :data:`RECENT_LATENESS` firings' lateness per stage, oldest first."""
 
 
 def _version() -> str:
@@ -238,6 +254,14 @@ class Metrics:
 
     def retry(self, trigger: Trigger) -> None:
         self._count(DISPATCH_RETRIES, "", {"trigger": trigger.value})
+
+    def auto_hold(self) -> None:
+        """This process stored the hold of a Schedule whose Runs kept failing."""
+        self._count(AUTO_HOLDS, "", {})
+
+    def hold_ended(self) -> None:
+        """This process stored the release of a hold whose end came."""
+        self._count(HOLDS_ENDED, "", {})
 
     def stale_fire_read(self) -> None:
         self._count(STALE_FIRE_READS, "", {})
@@ -348,6 +372,11 @@ class Metrics:
                       if (summary := _summary(samples)) is not None},
             due_times_skipped=by_key(DUE_SKIPPED),
             due_times_unexplained=total(DUE_UNEXPLAINED),
+            auto_holds=total(AUTO_HOLDS),
+            holds_ended=total(HOLDS_ENDED),
+            recent_lateness={stage: [round(x, 4) for x in itertools.islice(
+                samples, max(0, len(samples) - RECENT_LATENESS), None)]
+                for stage, samples in self._lateness.items() if samples},
         )
 
 

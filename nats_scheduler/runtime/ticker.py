@@ -7,6 +7,9 @@ Schedules. Rules (docs/contract.md, "The guarantees"; docs/design.md, "Firing"):
 - No backfill: a Schedule's first due time is computed from the moment this process starts,
   or the moment the Schedule became active again. Times that passed while no process ran or
   while it was disabled/held are skipped.
+- A Schedule held until an instant (``Hold.until``) is planned from that instant: its
+  first due time at or after it fires, without waiting for the release to be stored
+  (``ScheduleRecord.fires_at``); the release, when it comes, keeps that plan.
 - Late wake-ups (an event-loop stall, a suspended VM) still fire every due time passed since
   the previous one: after firing a due time the next one is computed from that due time, not
   from "now", and fired at once if it is already past.
@@ -38,7 +41,6 @@ from ..core.events import ScheduleRecord
 log = logging.getLogger(__name__)
 
 
-
 class DueTime(NamedTuple):
     """One due time of one Schedule: what the ticker hands to the firing."""
 
@@ -47,11 +49,13 @@ class DueTime(NamedTuple):
 
 
 class _Calendar(NamedTuple):
-    """What a Schedule is planned on; ``generation`` tells its heap entries from stale ones."""
+    """What a Schedule is planned on; ``generation`` tells its heap entries from stale ones;
+    ``resumes``: the end of its hold, when it is held until an instant (planned from it)."""
 
     generation: int
     cron: str
     timezone: str
+    resumes: datetime | None = None
 
 
 class _Next(NamedTuple):
@@ -79,6 +83,10 @@ FireObserver = Callable[[Sequence[DueTime]], None]
 count what each replica fired; the provider takes one as ``fire_observer``)."""
 Check = Callable[[str, datetime], bool]
 """(deployment, due time) -> bool: whether this process owns it / whether its Run exists."""
+
+_JUST_BEFORE = timedelta(microseconds=1)
+"""``next_due`` is strictly after: planned from just before a hold's end, a due time at the
+end itself fires."""
 
 OWNER_GRACE_SECONDS = 3.0
 """How often the replicas that do not own a due time look whether its owner fired it."""
@@ -129,16 +137,25 @@ class Ticker:
         ``after``: plan its first due time after this instant, not now (a replica plans
         what it loaded from the instant it started)."""
         known = self._current.get(record.deployment_id)
-        if not record.active:
+        resumes = record.resumes_at
+        if not record.active and resumes is None:
             if known is not None:
                 del self._current[record.deployment_id]  # its heap entry becomes stale
             return
+        start = after or self._clock.now()
         if known is not None and (known.cron, known.timezone) == (record.cron, record.timezone):
-            return  # same calendar: keep the planned due time
-        self._plan(record.deployment_id, record.cron, record.timezone,
-                   after or self._clock.now())
+            if known.resumes == resumes:
+                return  # same calendar: keep the planned due time
+            if resumes is None and known.resumes is not None and known.resumes <= start:
+                # the hold lifted at its end (its release stored now): planned from it already
+                self._current[record.deployment_id] = known._replace(resumes=None)
+                return
+        if resumes is not None:  # a due time at or after the hold's end fires
+            start = max(start, resumes - _JUST_BEFORE)
+        self._plan(record.deployment_id, record.cron, record.timezone, start, resumes)
 
-    def _plan(self, deployment_id: str, cron: str, timezone: str, after: datetime) -> None:
+    def _plan(self, deployment_id: str, cron: str, timezone: str, after: datetime,
+              resumes: datetime | None = None) -> None:
         try:
             due = calendar.next_due(cron, timezone, after)
         except ValueError:
@@ -146,7 +163,7 @@ class Ticker:
             self._current.pop(deployment_id, None)
             return
         self._generation += 1
-        self._current[deployment_id] = _Calendar(self._generation, cron, timezone)
+        self._current[deployment_id] = _Calendar(self._generation, cron, timezone, resumes)
         if due is not None:
             heapq.heappush(self._heap, _Next(due, self._generation, deployment_id))
         self._wake.set()

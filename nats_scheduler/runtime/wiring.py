@@ -50,11 +50,13 @@ from ..projections.schedule_table import ScheduleTable
 from ..seam import RunHandler, SchedulerUnavailable
 from ..settings import NatsSettings
 from ..tasks import cancel_and_wait
+from .auto_hold import AutoHold
 from .dispatcher import Dispatcher
 from .due_watch import DueWatch
 from .firing import Firing
 from .freshness import Freshness
 from .gate import PauseGate
+from .hold_ends import HoldEnds
 from .membership import Membership
 from .memory import release_freed_memory
 from .metrics import Metrics
@@ -145,6 +147,11 @@ class Runtime:
         self.due_watch = DueWatch(table, ledger, self.history, clock, self.metrics,
                                   owns=self.membership.owns_due)
         """The due times that passed without a Run, counted once a minute (metrics)."""
+        self.hold_ends = HoldEnds(self.schedules, clock, identity,
+                                  owns=self.membership.owns_due, metrics=self.metrics)
+        self.auto_hold = (AutoHold(settings.auto_hold_after_failures, self.schedules, clock,
+                                   identity, metrics=self.metrics)
+                          if settings.auto_hold_after_failures else None)
         self.began = clock.now()
         """When this process started, by the store's clock once it is known (the ticker's
         first due times count from here)."""
@@ -274,6 +281,7 @@ class Runtime:
             records = self.table.all()
             self.table.subscribe(ticker.update)  # changes from now on plan themselves
             self.metrics.watch_schedules(records, self.table.subscribe)
+            self._watch_holds(records)
             for start in range(0, len(records), PLAN_CHUNK):
                 for record in records[start:start + PLAN_CHUNK]:
                     current = self.table.get(record.deployment_id) or record
@@ -288,6 +296,15 @@ class Runtime:
         self._ready.set()
         log.info("schedules loaded: %d (%d planned)", len(records), ticker.planned)
         await self._warm_up()
+
+    def _watch_holds(self, records: list[ScheduleRecord]) -> None:
+        """Holds that end (their releases) and, when on, holds after repeated failures."""
+        for record in records:
+            self.hold_ends.update(record)
+        self.table.subscribe(self.hold_ends.update)
+        if self.auto_hold is not None:
+            self.table.subscribe(self.auto_hold.schedule_changed)
+            self.ledger.subscribe(self.auto_hold.run_changed)
 
     def _correct_began(self) -> None:
         """``began`` on the store's clock: the first sample came with joining the replicas."""
@@ -319,7 +336,8 @@ class Runtime:
 
     def start_loops(self) -> None:
         """Start the dispatcher's recovery sweep, the ticker (planned once the Schedule table
-        is ready), the retention loop and the warm-up of the last day's Runs."""
+        is ready), the retention loop, the releases of holds that end (fed once ready) and
+        the warm-up of the last day's Runs."""
         interval = max(0.2, self.settings.lease_seconds / 5)
         self._background = [
             asyncio.create_task(self.ticker.run(), name="ticker"),
@@ -327,6 +345,7 @@ class Runtime:
             asyncio.create_task(self._become_ready(self.ticker),
                                 name="schedule load and warm-up"),
             asyncio.create_task(self.retention.forever(), name="retention"),
+            asyncio.create_task(self.hold_ends.run(), name="hold ends"),
         ]
         if isinstance(self._clock, ServerClock):  # counted by the store's clock only
             self._background.append(asyncio.create_task(self.due_watch.forever(),

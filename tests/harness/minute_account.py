@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -179,6 +180,13 @@ async def _forge_gap(url: str, names: Names, due: datetime, result: dict[str, An
     result["forged"] = {"deployment_id": "plain", "due_at": due.isoformat(), "run_id": run_id}
 
 
+def write_atomically(out: Path, result: dict[str, Any]) -> None:
+    """The result whole or not at all: another test process may be polling for the file."""
+    partial = out.with_name(out.name + ".partial")
+    partial.write_text(json.dumps(result, indent=1))
+    os.replace(partial, out)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="where the JSON result goes")
@@ -189,14 +197,11 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="minute-account-") as work:
             asyncio.run(asyncio.wait_for(run(result, Path(work)), SCENARIO_SECONDS))
     finally:
-        args.out.write_text(json.dumps(result, indent=1))
+        write_atomically(args.out, result)
     print(f"done in {time.monotonic() - began:.0f} s: {args.out}", file=sys.stderr)
     return 0
 
 
-if __name__ == "__main__":
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    sys.exit(main())
 
 
 class Background:
@@ -229,6 +234,18 @@ class Background:
             result.setdefault("logs", self.log.read_text(errors="replace")[-4000:])
         return result
 
+    def finish(self, interrupted: bool) -> None:
+        """At the end of the owner's session: let the scenario end (other workers may still
+        wait for its result) unless the run was interrupted, and leave a result file."""
+        if not interrupted:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(SCENARIO_SECONDS + 60)
+        self.stop()
+        if not self.out.is_file():
+            write_atomically(self.out, {
+                "error": f"the scenario wrote no result (exit {self.proc.returncode})",
+                "logs": self.log.read_text(errors="replace")[-4000:]})
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -237,3 +254,42 @@ class Background:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+
+
+class SharedScenario:
+    """The scenario once per test run, however many pytest-xdist workers collected its test.
+
+    The first process to create ``folder`` (shared by the run's workers) starts it and owns
+    it; the others read the result file it leaves there."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.out = folder / "result.json"
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            self.background: Background | None = None
+        else:
+            self.background = Background(self.out, folder / "log.txt")
+
+    def result(self, timeout: float = SCENARIO_SECONDS + 120) -> dict[str, Any]:
+        """What the scenario saw: from the child (owner), or from its file (polled, with a
+        deadline, while the owner's child runs)."""
+        if self.background is not None:
+            return self.background.result()
+        deadline = time.monotonic() + timeout
+        while not self.out.is_file():
+            if time.monotonic() > deadline:
+                return {"error": f"no result from the scenario's owner in {timeout:.0f} s"}
+            time.sleep(1.0)
+        found: dict[str, Any] = json.loads(self.out.read_text())
+        return found
+
+    def finish(self, interrupted: bool) -> None:
+        if self.background is not None:
+            self.background.finish(interrupted)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
