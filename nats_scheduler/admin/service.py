@@ -1,9 +1,11 @@
 """The admin service: every provider process answers operators on ``<P>.admin.*``.
 
 Built on ``nats.micro`` (service name ``astrabox-scheduler``, metadata ``prefix`` and
-``identity``), so ``nats micro list/info/stats`` discover it. All endpoints share the
-default queue group, so one replica answers each request, except ``replica.status``, which
-every replica answers (a queue group of its own) so cluster status can count them.
+``identity``), so ``nats micro list/info/stats`` discover it; the binding to the server is
+``jetstream/admin_transport.py``, and this module decides what each endpoint answers. All
+endpoints share the default queue group, so one replica answers each request, except
+``replica.status``, which every replica answers (a queue group of its own) so cluster status
+can count them.
 
 Requests and answers are the msgspec types of :mod:`.api`, as JSON. Every failure answers
 ``{"error": {"code", "message"}}`` with a stable :class:`~.api.ErrorCode` (and the
@@ -36,14 +38,10 @@ from importlib import metadata
 from typing import Any, TypeVar
 
 import msgspec
-from nats.aio.client import Client
-from nats.micro import add_service
-from nats.micro.request import Request
-from nats.micro.service import Service
 
 from ..clock import Clock, SystemClock
 from ..core.events import Caller, ScheduleRecord
-from ..jetstream.connection import connect
+from ..jetstream.admin_transport import AdminReply, AdminRequest, Endpoint, ServiceBinding
 from ..names import SERVICE_NAME
 from ..seam import EnqueueRequest, Trigger
 from .account_reads import AccountReader
@@ -128,9 +126,7 @@ class AdminService:
         self.reader = StoreReader(self.nc, self.names.prefix, policy=self.policy,
                                   clock=self.clock)
         self.started_at: datetime | None = None
-        self._service: Service | None = None
-        self._own: Client | None = None
-        """The service's own connection (its login, its account), when it has one."""
+        self._service: ServiceBinding | None = None
         self._busiest = BusiestMinute()
         self._load = LoadCounter()
 
@@ -139,15 +135,16 @@ class AdminService:
         return self.clock.now()
 
     @property
-    def service(self) -> Service:
+    def service(self) -> ServiceBinding:
         assert self._service is not None, "start() first"
         return self._service
 
     @property
     def proves_callers(self) -> bool:
-        """Whether the service serves on a connection of its own, where the server's
-        ``Nats-Request-Info`` header says who sent each request (:mod:`.callers`)."""
-        return self._own is not None
+        """Whether the service serves on a connection of its own (its login, its account),
+        where the server's ``Nats-Request-Info`` header says who sent each request
+        (:mod:`.callers`)."""
+        return self._service is not None and self._service.own_connection
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -173,60 +170,45 @@ class AdminService:
     async def start(self) -> None:
         identity = self.provider.identity
         login = self.provider.settings.service_login()
-        if login is not None:
-            self._own = await connect(login, f"{identity} admin service")
-        self._service = await add_service(
-            self._own or self.nc,
+        self._service = await ServiceBinding.start(
+            self.nc, login,
+            client_name=f"{identity} admin service",
             name=SERVICE_NAME,
             version=_version(),
             description="AstraBox scheduler: Schedules, Runs, holds and health",
             metadata={"prefix": self.names.prefix, "identity": identity,
                       # what an action records as who acted (`nats micro info` shows it)
-                      "callers": "authenticated" if self.proves_callers else "stated"},
+                      "callers": "authenticated" if login is not None else "stated"},
         )
         for endpoint, (kind, handler) in self.endpoints().items():
             await self.service.add_endpoint(
-                name=endpoint.replace(".", "_"), subject=self.names.admin_subject(endpoint),
-                handler=self._wrap(kind, handler, acts=endpoint in ACTIONS),
+                endpoint.replace(".", "_"), self.names.admin_subject(endpoint),
+                self._wrap(kind, handler, acts=endpoint in ACTIONS),
             )
         await self.service.add_endpoint(
-            name=REPLICA_STATUS_ENDPOINT.replace(".", "_"),
-            subject=self.names.admin_subject(REPLICA_STATUS_ENDPOINT),
+            REPLICA_STATUS_ENDPOINT.replace(".", "_"),
+            self.names.admin_subject(REPLICA_STATUS_ENDPOINT),
+            self._wrap(_Empty, self.replica_status, gated=False),
             queue_group=f"replica-{self.service.id}",
-            handler=self._wrap(_Empty, self.replica_status, gated=False),
         )
-        # Twice: nats-py 2.16 writes a flush's PING straight to the socket, possibly ahead of
-        # subscriptions its flusher has not written yet, so one PONG does not prove the server
-        # has them (a request right after start could find no responder). The second PING
-        # follows them on the wire (nats-io/nats.py, Client.flush / _flusher).
-        served_on = self._own or self.nc
-        await served_on.flush()
-        await served_on.flush()
+        await self.service.ready()
         self.started_at = self._clock_now
         log.info("admin service for prefix %s started (%s)", self.names.prefix, identity)
 
     async def stop(self) -> None:
+        """Stop serving (and close the service's own connection); never fails a shutdown."""
         service, self._service = self._service, None
-        own, self._own = self._own, None
         if service is not None:
-            try:
-                await service.stop()
-            except Exception:  # a closed connection must not fail a shutdown
-                log.debug("stopping the admin service failed", exc_info=True)
-        if own is not None:
-            try:
-                await own.close()
-            except Exception:
-                log.debug("closing the admin service's connection failed", exc_info=True)
+            await service.stop()
 
     # ------------------------------------------------------------------ plumbing
 
     def _wrap(self, kind: type[R], handler: Callable[..., Awaitable[Any]], *,
-              gated: bool = True, acts: bool = False) -> Callable[[Request], Awaitable[None]]:
+              gated: bool = True, acts: bool = False) -> Endpoint:
         """``gated``: answer only once the provider has loaded its Schedules (every answer
         but ``replica.status``, which says whether it has). ``acts``: an action, whose
         handler is also given who sent it (:func:`.callers.proven_caller`)."""
-        async def handle(request: Request) -> None:
+        async def handle(request: AdminRequest) -> AdminReply:
             try:
                 if gated:
                     await self.provider.until_ready()
@@ -236,14 +218,12 @@ class AdminService:
                     answer = await handler(payload, caller)
                 else:
                     answer = await handler(payload)
-                body = _encoder.encode(answer)
+                return AdminReply(_encoder.encode(answer))
             except Exception as exc:  # every failure answers clean JSON, never a repr
                 error = to_admin_error(exc)
                 if error.code == ErrorCode.INTERNAL:
                     log.exception("admin request on %s failed", request.subject)
-                await request.respond(error_body(error), headers=error_headers(error))
-                return
-            await request.respond(body)
+                return AdminReply(error_body(error), headers=error_headers(error))
 
         return handle
 

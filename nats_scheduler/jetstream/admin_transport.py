@@ -1,0 +1,125 @@
+"""The admin service's binding to the server: a ``nats.micro`` service and its endpoints.
+
+``admin/service.py`` decides what each endpoint answers; this module puts it on the wire.
+The service is a ``nats.micro`` one (so ``nats micro list/info/stats`` discover it), served
+on the provider's connection or on one of its own, opened with the service's login (an
+account of its own, where the server stamps each request with its sender). An endpoint is
+a coroutine from an :class:`AdminRequest` (the body, the headers, the subject) to an
+:class:`AdminReply`; nats-py's request and service classes stay here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from nats.aio.client import Client
+from nats.micro import add_service
+from nats.micro.request import Request
+from nats.micro.service import Service
+
+from ..settings import NatsSettings
+from .connection import connect
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AdminRequest:
+    """One request to an endpoint, as the handler needs it."""
+
+    data: bytes
+    headers: dict[str, str] | None
+    """Among them, on a connection of the service's own, ``Nats-Request-Info`` (who sent it)."""
+    subject: str
+
+
+@dataclass(frozen=True)
+class AdminReply:
+    """The answer to one request: its body, and headers (the micro service error ones)."""
+
+    body: bytes
+    headers: dict[str, str] | None = None
+
+
+Endpoint = Callable[[AdminRequest], Awaitable[AdminReply]]
+
+
+def _bound(endpoint: Endpoint) -> Callable[[Request], Awaitable[None]]:
+    """The micro handler that answers each request with what ``endpoint`` replies."""
+    async def handle(request: Request) -> None:
+        reply = await endpoint(AdminRequest(request.data or b"", request.headers,
+                                            request.subject))
+        await request.respond(reply.body, headers=reply.headers)
+
+    return handle
+
+
+class ServiceBinding:
+    """One started micro service and, when it has one, its own connection.
+
+    Use :meth:`start`; add the endpoints; :meth:`ready` once they are all added; :meth:`stop`.
+    """
+
+    def __init__(self, service: Service, served_on: Client, own: bool) -> None:
+        self._service = service
+        self._served_on = served_on
+        self.own_connection = own
+        """Whether the service serves on a connection of its own (its login)."""
+
+    @classmethod
+    async def start(cls, nc: Client, login: NatsSettings | None, *, client_name: str,
+                    name: str, version: str, description: str,
+                    metadata: dict[str, str]) -> ServiceBinding:
+        """Start the service on a connection opened with ``login``, else on ``nc`` (the
+        provider's). Raises the seam's errors when the login cannot connect."""
+        own = await connect(login, client_name) if login is not None else None
+        served_on = own or nc
+        try:
+            service = await add_service(served_on, name=name, version=version,
+                                        description=description, metadata=metadata)
+        except BaseException:
+            if own is not None:
+                await own.close()
+            raise
+        return cls(service, served_on, own is not None)
+
+    @property
+    def id(self) -> str:
+        """The service instance's ID (``nats micro info`` names it)."""
+        return str(self._service.id)
+
+    async def add_endpoint(self, name: str, subject: str, endpoint: Endpoint, *,
+                           queue_group: str | None = None) -> None:
+        """Serve ``endpoint`` on ``subject`` (in the default queue group unless given)."""
+        options = {} if queue_group is None else {"queue_group": queue_group}
+        await self._service.add_endpoint(name=name, subject=subject,
+                                         handler=_bound(endpoint), **options)
+
+    async def ready(self) -> None:
+        """Return once the server has every endpoint's subscription.
+
+        Twice: nats-py 2.16 writes a flush's PING straight to the socket, possibly ahead of
+        subscriptions its flusher has not written yet, so one PONG does not prove the server
+        has them (a request right after start could find no responder). The second PING
+        follows them on the wire (nats-io/nats.py, Client.flush / _flusher).
+        """
+        await self._served_on.flush()
+        await self._served_on.flush()
+
+    async def stop(self) -> None:
+        """Stop the service, then close its own connection. Neither failure is raised (a
+        closed connection must not fail a shutdown); both are logged."""
+        try:
+            await self._service.stop()
+        except Exception:
+            log.debug("stopping the admin service failed", exc_info=True)
+        if self.own_connection:
+            try:
+                await self._served_on.close()
+            except Exception:
+                log.debug("closing the admin service's connection failed", exc_info=True)
+
+
+__all__ = ["AdminReply", "AdminRequest", "Endpoint", "ServiceBinding"]
