@@ -6,8 +6,8 @@ directly by :class:`~.reader.StoreReader`, and actions fail with ``unavailable``
 must go through a provider so that it is validated and recorded like any other.
 ``last_source`` says which of the two answered the latest read ("service" or "store").
 
-The event feed (``events``, ``recent_events``) is :class:`~.event_feed.EventFeed`, read
-from the streams directly; ``event_type`` is importable from here too.
+The event feed (``events``, ``recent_events``) is ``jetstream/event_feed.py``'s
+:class:`EventFeed`, read from the streams directly; ``event_type`` is importable from here too.
 
 Run now and Replay carry an idempotency key (a fresh one unless the caller passes one), so a
 request repeated after a lost answer creates one Run, not two.
@@ -28,10 +28,10 @@ from nats.aio.msg import Msg
 
 from ..clock import Clock
 from ..core.events import AnyEvent
+from ..jetstream.event_feed import EventFeed, event_type, type_matches
 from ..names import HDR_SERVICE_ERROR, HDR_SERVICE_ERROR_CODE, HDR_STATUS, Names
 from . import api
 from .account_reads import AccountReader
-from .event_feed import EventFeed, event_type, follow, type_matches
 from .health import HealthPolicy
 from .load import MAX_HOURS, LoadCounter
 from .permissions import Probe, ViolationLog
@@ -331,9 +331,21 @@ class AdminClient:
         feed = EventFeed(self.nc, self.names, deployment_id=deployment_id, types=types,
                          timeout=self.timeout)
         try:
-            return await feed.start(history, wait=False)
+            return await guarded("events", lambda: feed.start(history, wait=False))
         finally:
             await feed.close()
+
+
+async def follow(feed: EventFeed, history: int) -> AsyncIterator[AnyEvent]:
+    """The feed's history, then each new event; closed when the caller stops. A history
+    that cannot be read is the admin's UNAVAILABLE, like every read of the store."""
+    try:
+        for event in await guarded("events", lambda: feed.start(history)):
+            yield event
+        async for event in feed.live():
+            yield event
+    finally:
+        await feed.close()
 
 
 def merge_bulk(pages: list[api.BulkResult]) -> api.BulkResult:

@@ -184,6 +184,23 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, TRANSIENT_TYPES)
 
 
+ENGINE_FAILURE_TYPES: tuple[type[BaseException], ...] = (
+    nats.errors.Error,
+    nats.js.errors.Error,
+    asyncio.TimeoutError,
+    OSError,
+)
+"""Every failure of the engine or of the connection to it: nats-py's error families, a
+timeout, a socket error (transient or not, JetStream API errors included)."""
+
+
+def is_engine_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is the store's or the connection's failure rather than a fault of the
+    caller: the admin's read-only answers turn these into "the store could not be read"
+    without naming nats-py (only this folder knows its exception classes)."""
+    return isinstance(exc, ENGINE_FAILURE_TYPES)
+
+
 def unavailable(what: str, cause: BaseException | None = None) -> SchedulerUnavailable:
     """SchedulerUnavailable for AstraBox: ``what`` says which operation could not be done."""
     if is_full(cause):

@@ -3,7 +3,9 @@ of one prefix (or one deployment), the last ones first, then each new one as it 
 
 Read straight from the event streams with ordered consumers, so it needs no scheduler
 process, only permission to read the events (``AdminClient.events`` and
-``AdminClient.recent_events`` open one).
+``AdminClient.recent_events`` in ``admin/client.py`` open one). A failure to subscribe
+becomes :class:`~nats_scheduler.seam.SchedulerUnavailable` (:func:`.errors.unavailable`),
+which the admin words as its own UNAVAILABLE.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from ..core.events import AnyEvent, decode_event
 from ..names import Names
-from .reader import guarded
+from .errors import is_engine_failure, unavailable
 
 log = logging.getLogger(__name__)
 
@@ -40,16 +42,6 @@ def type_matches(tag: str, types: set[str] | None) -> bool:
     if not types:
         return True
     return any(tag == t or tag.startswith(t.rstrip(".*") + ".") for t in types)
-
-
-async def follow(feed: EventFeed, history: int) -> AsyncIterator[AnyEvent]:
-    try:
-        for event in await feed.start(history):
-            yield event
-        async for event in feed.live():
-            yield event
-    finally:
-        await feed.close()
 
 
 class EventFeed:
@@ -108,8 +100,13 @@ class EventFeed:
         this prefix, wait for its events to appear (else there is no history: empty)."""
         pending = {}
         for index, (stream, subject) in enumerate(self.sources):
-            pending[index] = await guarded("events", lambda i=index, s=stream, f=subject:
-                                           self._wait_for_stream(i, s, f, history, wait))
+            try:
+                pending[index] = await self._wait_for_stream(index, stream, subject, history,
+                                                             wait)
+            except Exception as exc:
+                if is_engine_failure(exc):
+                    raise unavailable(f"the events of {stream} could not be read", exc) from exc
+                raise
             if pending[index] < 0:
                 return []
         caught_up = {i for i, n in pending.items() if n == 0}
