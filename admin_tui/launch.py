@@ -19,7 +19,6 @@ from urllib.parse import urlsplit
 
 from nats_scheduler.admin.api import AdminBackend
 from nats_scheduler.admin.client import AdminClient
-from nats_scheduler.admin.permissions import ViolationLog
 from nats_scheduler.jetstream.connection import (
     ConnectFailed,
     ConnectFailure,
@@ -27,6 +26,7 @@ from nats_scheduler.jetstream.connection import (
     connect_error,
     open_connection,
 )
+from nats_scheduler.jetstream.permissions import ViolationLog
 from nats_scheduler.seam import SchedulerConfigurationError
 from nats_scheduler.settings import NatsSettings, connection_flags_env
 

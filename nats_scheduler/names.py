@@ -328,7 +328,7 @@ class Names:
 
     def absent_stream(self, nonce: str) -> str:
         """A stream name no installation uses: permission probes aim at it, so an allowed
-        call finds nothing to change (``admin/permissions.py``)."""
+        call finds nothing to change (``jetstream/permissions.py``)."""
         return f"{self.prefix}_DOCTOR_PROBE_{nonce.upper()}"
 
     @property

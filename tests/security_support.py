@@ -4,7 +4,7 @@
   server's environment in production).
 * :func:`prod_server` - a started server running the committed config on test ports.
 * :func:`connect_as` - a fail-fast connection as one of the config's users, with a
-  :class:`~nats_scheduler.admin.permissions.ViolationLog` (so nats-py prints nothing).
+  :class:`~nats_scheduler.jetstream.permissions.ViolationLog` (so nats-py prints nothing).
 * :func:`violations` - what the server logged as permission violations of one user: the
   proof a role did its work without being refused anything.
 * :func:`store_state` - message count and last sequence of every scheduler stream, to prove
@@ -24,9 +24,9 @@ from pathlib import Path
 import nats
 from nats.aio.client import Client
 
-from nats_scheduler.admin.permissions import ViolationLog
 from nats_scheduler.admin.service import AdminService, start_admin_service
 from nats_scheduler.cli.main import main as cli_main
+from nats_scheduler.jetstream.permissions import ViolationLog
 from nats_scheduler.names import Names
 from nats_scheduler.natsserver.config import production_server
 from nats_scheduler.natsserver.process import NatsServer

@@ -16,10 +16,10 @@ from nats.aio.client import Client
 
 from nats_scheduler.admin.api import AdminError, ErrorCode, RunView
 from nats_scheduler.admin.client import AdminClient, event_type
-from nats_scheduler.admin.permissions import ViolationLog
 from nats_scheduler.admin.service import AdminService, start_admin_service
 from nats_scheduler.core import calendar
 from nats_scheduler.core.events import RunCreated, ScheduleHeld
+from nats_scheduler.jetstream.permissions import ViolationLog
 from nats_scheduler.names import SERVICE_NAME
 from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.provider import NatsSchedulerProvider

@@ -16,7 +16,6 @@ import pytest
 
 from admin_tui.launch import ConnectionLink
 from admin_tui.screens.connect import describe_failure
-from nats_scheduler.admin.permissions import ViolationLog
 from nats_scheduler.jetstream.connection import (
     ConnectFailure,
     ConnectMisconfigured,
@@ -27,6 +26,7 @@ from nats_scheduler.jetstream.connection import (
     connect_error,
     failure_kind,
 )
+from nats_scheduler.jetstream.permissions import ViolationLog
 from nats_scheduler.natsserver.process import free_port
 from nats_scheduler.seam import SchedulerConfigurationError, SchedulerUnavailable
 from tests.providers import settings

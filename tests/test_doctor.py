@@ -28,7 +28,6 @@ from nats_scheduler.admin.doctor import (
     run_doctor,
     version_check,
 )
-from nats_scheduler.admin.permissions import probes
 from nats_scheduler.admin.reader import Retention
 from nats_scheduler.admin.service import start_admin_service
 from nats_scheduler.jetstream.connection import (
@@ -37,6 +36,7 @@ from nats_scheduler.jetstream.connection import (
     require_version,
     server_version,
 )
+from nats_scheduler.jetstream.permissions import probes
 from nats_scheduler.jetstream.store import Store
 from nats_scheduler.names import Names
 from nats_scheduler.natsserver.process import NatsServer, free_port

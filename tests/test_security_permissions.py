@@ -23,8 +23,8 @@ from nats_scheduler import NatsSchedulerProvider
 from nats_scheduler.admin.api import AdminError, ErrorCode
 from nats_scheduler.admin.client import AdminClient
 from nats_scheduler.admin.doctor import Status, run_doctor
-from nats_scheduler.admin.permissions import Probe, ViolationLog, probes
 from nats_scheduler.jetstream.connection import ConnectMisconfigured, FailureKind, connect
+from nats_scheduler.jetstream.permissions import Probe, ViolationLog, probes
 from nats_scheduler.jetstream.presence import Presence
 from nats_scheduler.names import Names
 from nats_scheduler.natsserver.config import CLUSTER_DIR, PASSWORD_ENV, REPO_CONFIG

@@ -29,12 +29,12 @@ from nats.aio.msg import Msg
 from ..clock import Clock
 from ..core.events import AnyEvent
 from ..jetstream.event_feed import EventFeed, event_type, type_matches
+from ..jetstream.permissions import Probe, ViolationLog
 from ..names import HDR_SERVICE_ERROR, HDR_SERVICE_ERROR_CODE, HDR_STATUS, Names
 from . import api
 from .account_reads import AccountReader
 from .health import HealthPolicy
 from .load import MAX_HOURS, LoadCounter
-from .permissions import Probe, ViolationLog
 from .reader import StoreReader, checked, guarded
 
 __all__ = ["BULK_PAGE", "AdminClient", "EventFeed", "event_type", "merge_bulk", "type_matches"]

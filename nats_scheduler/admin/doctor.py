@@ -34,6 +34,7 @@ from ..clock import SystemClock
 from ..core.herd import busiest_minute
 from ..jetstream.connection import connect, jetstream_off, server_version
 from ..jetstream.outages import stream_config as outage_stream_config
+from ..jetstream.permissions import ViolationLog, capabilities
 from ..jetstream.setup import incompatibilities
 from ..jetstream.store import Store
 from ..names import HDR_STATUS, JS_API_INFO, Names, is_kv_stream, stream_info_subject
@@ -54,7 +55,6 @@ from .doctor_checks import (
     retention_check,
     version_check,
 )
-from .permissions import ViolationLog, capabilities
 from .reader import REPLICA_STATUS_ENDPOINT, StoreReader, index_retention
 
 __all__ = [

@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 
 from ..admin.api import AdminError, ErrorCode
 from ..admin.client import AdminClient
-from ..admin.permissions import ViolationLog
 from ..command_line import (
     DEFAULT_URL,
     EXIT_CONFLICT,
@@ -39,6 +38,7 @@ from ..command_line import (
     table,
 )
 from ..jetstream.connection import connect
+from ..jetstream.permissions import ViolationLog
 from ..seam import SchedulerConfigurationError, SchedulerError
 from ..settings import NatsSettings
 
