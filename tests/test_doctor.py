@@ -28,7 +28,6 @@ from nats_scheduler.admin.doctor import (
     run_doctor,
     version_check,
 )
-from nats_scheduler.admin.reader import Retention
 from nats_scheduler.admin.service import start_admin_service
 from nats_scheduler.jetstream.connection import (
     MIN_SERVER_VERSION,
@@ -38,6 +37,7 @@ from nats_scheduler.jetstream.connection import (
 )
 from nats_scheduler.jetstream.permissions import probes
 from nats_scheduler.jetstream.store import Store
+from nats_scheduler.jetstream.store_reads import Retention
 from nats_scheduler.names import Names
 from nats_scheduler.natsserver.process import NatsServer, free_port
 from nats_scheduler.seam import RunPayload, Schedule, SchedulerConfigurationError

@@ -32,8 +32,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from nats_scheduler import NatsSchedulerProvider
-from nats_scheduler.admin.reader import last_per_subject
 from nats_scheduler.core.events import decode_run_event, decode_schedule_event
+from nats_scheduler.jetstream.store_reads import last_per_subject
 from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.seam import (
     EnqueueRequest,

@@ -12,9 +12,10 @@ from nats.js.api import StreamConfig
 
 from nats_scheduler.admin.api import StoreHealth
 from nats_scheduler.admin.client import AdminClient
-from nats_scheduler.admin.reader import Retention, StoreReader, retention_of
+from nats_scheduler.admin.reader import StoreReader
 from nats_scheduler.admin.service import start_admin_service
 from nats_scheduler.jetstream.store import Store
+from nats_scheduler.jetstream.store_reads import Retention, retention_of
 from nats_scheduler.settings import NatsSettings
 from tests.harness.servers import connect_fast, unique_prefix
 from tests.providers import eventually, running

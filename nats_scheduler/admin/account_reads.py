@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import msgspec
-import nats.js.errors
-from nats.js.api import DeliverPolicy
 
 from ..core.dueaccount import Change, Outage, account, due_times_before, spans
 from ..core.events import RunRecord, decode_schedule_event
@@ -29,10 +27,11 @@ from ..jetstream.history import RunHistory
 from ..jetstream.history_writes import decode_entry
 from ..jetstream.outages import OutageLog, parse_server_time
 from ..jetstream.store import Store
+from ..jetstream.store_reads import Retention, every_message, index_retention
 from ..names import HDR_NUM_PENDING, HDR_SEQUENCE, HDR_TIME_STAMP, Names, scheduled_run_id
 from ..seam import Trigger
 from .api import AdminError, DueAccount, ErrorCode
-from .reader import Retention, checked, index_retention
+from .reader import checked
 
 DEFAULT_WINDOW = timedelta(hours=24)
 """What ``explain`` accounts for without ``--since``: the last day."""
@@ -74,39 +73,23 @@ class AccountReader:
 
     async def changes(self, deployment_id: str) -> list[Change]:
         """Every stored change of the deployment's Schedule, oldest first (usually a few)."""
-        js = self._store.nc.jetstream(timeout=self._timeout)
         subject = self._names.schedule_subject(deployment_id)
-        try:
-            sub = await js.subscribe(subject, stream=self._names.schedules_stream,
-                                     ordered_consumer=True, deliver_policy=DeliverPolicy.ALL)
-        except nats.js.errors.NotFoundError:
-            return []
         found: list[Change] = []
-        try:
-            # the consumer pushes at once: what it delivered already counts as pending too
-            info = await sub.consumer_info()
-            delivered = info.delivered.consumer_seq if info.delivered is not None else 0
-            pending = (info.num_pending or 0) + (delivered or 0)
-            while pending > 0:
-                msg = await sub.next_msg(self._timeout)
-                meta = msg.metadata
-                pending = meta.num_pending
-                with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
-                    event = decode_schedule_event(msg.data)
-                    if event.schedule.deployment_id == deployment_id:
-                        found.append(Change(meta.timestamp, event.schedule))
-        finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+        for stored in await every_message(self._store.nc, self._names.schedules_stream,
+                                          subject, timeout=self._timeout):
+            with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+                event = decode_schedule_event(stored.data)
+                if event.schedule.deployment_id == deployment_id and stored.stored_at:
+                    found.append(Change(stored.stored_at, event.schedule))
         return found
 
     async def floor(self, deployment_id: str, now: datetime) -> Floor:
         """The earliest instant the store can still account for, with why: the retention
         (by age, and by count once the deployment's history is full) and the instant
         outages began to be recorded; and a note when outages are not recorded at all."""
-        js = self._store.nc.jetstream(timeout=self._timeout)
         floors: list[tuple[datetime, str]] = []
-        retention: Retention | None = await index_retention(js, self._names)
+        retention: Retention | None = await index_retention(
+            self._store.nc, self._names, timeout=self._timeout)
         if retention is not None and retention.days is not None:
             floors.append((now - timedelta(days=retention.days),
                            f"the history keeps {retention.days:g} days"))

@@ -10,34 +10,30 @@ The doctor talks to operators of NATS, so unlike the provider's errors (docs/con
 "Errors") its messages use NATS words: they must name the setting to change.
 
 Every check is split into a small pure *decision* (the ``*_check`` functions of
-``admin/doctor_checks.py``, tested with plain dicts, importable from here too) and the I/O
-here that gathers its inputs (:func:`run_doctor`).
+``admin/doctor_checks.py``, tested with plain dicts, importable from here too), the probes
+of the server that gather its inputs (``jetstream/probes.py``: facts, or why there are
+none) and the wording here of what the probes found (:func:`run_doctor`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 
 import msgspec
-import nats
-import nats.errors
-import nats.js.errors
-from nats.aio.client import Client
-from nats.aio.msg import Msg
-from nats.js.api import StreamConfig
 
 from ..clock import SystemClock
 from ..core.herd import busiest_minute
-from ..jetstream.connection import connect, jetstream_off, server_version
-from ..jetstream.outages import stream_config as outage_stream_config
-from ..jetstream.permissions import ViolationLog, capabilities
-from ..jetstream.setup import incompatibilities
-from ..jetstream.store import Store
-from ..names import HDR_STATUS, JS_API_INFO, Names, is_kv_stream, stream_info_subject
+from ..jetstream.probes import (
+    AccountUsage,
+    NoAnswer,
+    ServerProbe,
+    StreamFacts,
+    Unanswered,
+    fetch_varz,
+)
+from ..jetstream.store_reads import Retention
+from ..names import JS_API_INFO, Names
 from ..seam import SchedulerError
 from ..settings import NatsSettings
 from .doctor_checks import (
@@ -55,7 +51,7 @@ from .doctor_checks import (
     retention_check,
     version_check,
 )
-from .reader import REPLICA_STATUS_ENDPOINT, StoreReader, index_retention
+from .reader import REPLICA_STATUS_ENDPOINT, StoreReader
 
 __all__ = [
     "CLOCK_CHECK",
@@ -77,119 +73,86 @@ __all__ = [
 _TIMEOUT = 2.0
 
 
-# =========================================================================== gathering
+# =========================================================================== the findings, in words
 
 
-async def _connect(settings: NatsSettings) -> tuple[Client, ViolationLog]:
-    """The provider's own connect (its clean errors), with permission refusals recorded."""
-    log = ViolationLog()
-    nc = await connect(settings, "nats-scheduler doctor", error_cb=log.on_error)
-    return nc, log
-
-
-async def _jetstream_check(nc: Client, log: ViolationLog) -> Check:
-    mark = log.mark()
-    try:
-        account = await nc.jetstream(timeout=_TIMEOUT).account_info()
-    except nats.js.errors.APIError as exc:
-        if jetstream_off(exc) and exc.err_code is None:  # nobody answers the JetStream API
+def _jetstream_check(found: AccountUsage | NoAnswer) -> Check:
+    if isinstance(found, NoAnswer):
+        if found.why == Unanswered.OFF:
             return Check("jetstream", Status.FAIL, "JetStream is off on this server; enable "
                          "it (`jetstream { ... }` in the server config)")
-        return Check("jetstream", Status.FAIL,
-                     f"JetStream is not usable for this account: {exc.description}")
-    except (TimeoutError, nats.errors.TimeoutError):
-        if log.refused_since(mark, "publish", JS_API_INFO):
+        if found.why == Unanswered.UNUSABLE:
+            return Check("jetstream", Status.FAIL,
+                         f"JetStream is not usable for this account: {found.detail}")
+        if found.why == Unanswered.REFUSED:
             return Check("jetstream", Status.WARN, "unknown: this user may not read the "
                          f"account's JetStream information ({JS_API_INFO})")
         return Check("jetstream", Status.FAIL, "JetStream did not answer")
-    limits = account.limits
+    limit = ("none" if found.max_storage < 0 else f"{found.max_storage / 2**30:g} GiB")
     return Check("jetstream", Status.OK,
-                 f"enabled; account uses {account.streams} stream(s), "
-                 f"{account.storage / 2**20:.1f} MiB on disk (limit "
-                 f"{'none' if limits.max_storage < 0 else f'{limits.max_storage / 2**30:g} GiB'})")
+                 f"enabled; account uses {found.streams} stream(s), "
+                 f"{found.storage / 2**20:.1f} MiB on disk (limit {limit})")
 
 
-def _wanted_configs(nc: Client, settings: NatsSettings) -> list[StreamConfig]:
-    names = Names(settings.prefix)
-    configs = Store(nc, settings).stream_configs()
-    configs.append(StreamConfig(name=names.leases_stream, subjects=[names.leases_filter]))
-    configs.append(StreamConfig(name=names.replicas_stream, subjects=[names.replicas_filter]))
-    configs.append(outage_stream_config(names, settings))  # created once a replica joined
-    return configs
+def _stream_check(name: str, found: StreamFacts | NoAnswer, prefix: str) -> Check:
+    """What one stream (or bucket) as the server has it means for the provider."""
+    what = f"stream {name}"
+    if isinstance(found, NoAnswer):
+        if found.why == Unanswered.MISSING:
+            return Check(what, Status.WARN, "missing: the provider creates it on its first "
+                         "start (if this is not a new installation, check "
+                         "ASTRABOX_NATS_PREFIX)")
+        if found.why == Unanswered.UNUSABLE:  # JetStream off or unusable: said above
+            return Check(what, Status.FAIL,
+                         f"cannot be read: {found.detail or 'JetStream is off'}")
+        return Check(what, Status.WARN, "this user may not read it"
+                     if found.why == Unanswered.REFUSED else "no answer")
+    if found.problems:
+        return Check(what, Status.FAIL, "; ".join(found.problems))
+    shown = (f"R{found.replicas}, {found.messages} message(s), "
+             f"{found.bytes / 2**20:.1f} MiB")
+    if not found.atomic and name != Names(prefix).replicas_stream:
+        return Check(what, Status.WARN,
+                     f"{shown}; set up by an older release without atomic batches "
+                     "(allow_atomic): written one message at a time, slower; an "
+                     "administrator can turn it on")
+    return Check(what, Status.OK, shown)
 
 
 async def _stream_checks(
-    nc: Client, settings: NatsSettings, log: ViolationLog
+    probe: ServerProbe, settings: NatsSettings
 ) -> tuple[list[Check], dict[str, int], str | None]:
     """One check per stream (and the lease and replicas buckets); also the replicas and
     cluster found."""
-    js = nc.jetstream(timeout=_TIMEOUT)
     checks: list[Check] = []
     replicas: dict[str, int] = {}
     cluster: str | None = None
-    for wanted in _wanted_configs(nc, settings):
-        name = str(wanted.name)
-        mark = log.mark()
-        try:
-            info = await js.stream_info(name)
-        except nats.js.errors.NotFoundError:
-            checks.append(Check(f"stream {name}", Status.WARN,
-                                "missing: the provider creates it on its first start (if this "
-                                "is not a new installation, check ASTRABOX_NATS_PREFIX)"))
-            continue
-        except (TimeoutError, nats.errors.TimeoutError):
-            refused = log.refused_since(mark, "publish", stream_info_subject(name))
-            checks.append(Check(f"stream {name}", Status.WARN,
-                                "this user may not read it" if refused else "no answer"))
-            continue
-        except nats.js.errors.APIError as exc:  # JetStream off or unusable: said above
-            checks.append(Check(f"stream {name}", Status.FAIL,
-                                f"cannot be read: {exc.description or 'JetStream is off'}"))
-            continue
-        replicas[name] = info.config.num_replicas or 1
-        cluster = cluster or (info.cluster.name if info.cluster is not None else None)
-        problems = [] if is_kv_stream(name) else incompatibilities(wanted, info.config)
-        if problems:
-            checks.append(Check(f"stream {name}", Status.FAIL, "; ".join(problems)))
-            continue
-        shown = (f"R{replicas[name]}, {info.state.messages} message(s), "
-                 f"{info.state.bytes / 2**20:.1f} MiB")
-        if not info.config.allow_atomic and name != Names(settings.prefix).replicas_stream:
-            checks.append(Check(f"stream {name}", Status.WARN,
-                                f"{shown}; set up by an older release without atomic batches "
-                                "(allow_atomic): written one message at a time, slower; an "
-                                "administrator can turn it on"))
-            continue
-        checks.append(Check(f"stream {name}", Status.OK, shown))
+    for name, found in await probe.streams(settings):
+        if isinstance(found, StreamFacts):
+            replicas[name] = found.replicas
+            cluster = cluster or found.cluster
+        checks.append(_stream_check(name, found, settings.prefix))
     return checks, replicas, cluster
 
 
-async def _retention(nc: Client, settings: NatsSettings, log: ViolationLog) -> Check:
+def _retention(found: Retention | NoAnswer | None, settings: NatsSettings) -> Check:
     stream = Names(settings.prefix).index_stream
-    mark = log.mark()
-    try:
-        found = await index_retention(nc.jetstream(timeout=_TIMEOUT), Names(settings.prefix))
-    except (TimeoutError, nats.errors.TimeoutError):
-        refused = log.refused_since(mark, "publish", stream_info_subject(stream))
+    if isinstance(found, NoAnswer):
+        if found.why == Unanswered.UNUSABLE:  # JetStream off or unusable: said above
+            return Check("history retention", Status.WARN,
+                         f"unknown: stream {stream} cannot be read "
+                         f"({found.detail or 'JetStream is off'})")
+        refused = found.why == Unanswered.REFUSED
         return Check("history retention", Status.WARN,
                      f"unknown: {'this user may not read' if refused else 'no answer for'} "
                      f"stream {stream}")
-    except nats.js.errors.APIError as exc:  # JetStream off or unusable: said above
-        return Check("history retention", Status.WARN,
-                     f"unknown: stream {stream} cannot be read "
-                     f"({exc.description or 'JetStream is off'})")
     return retention_check(stream, found, settings)
 
 
 def _fetch_varz(url: str) -> Varz:
-    target = url.rstrip("/") + "/varz"
-    try:
-        with urllib.request.urlopen(target, timeout=_TIMEOUT) as resp:
-            data = json.loads(resp.read().decode("utf-8"))
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return Varz(url, None, error=f"could not read {target}: {exc}")
-    if not isinstance(data, dict):
-        return Varz(url, None, error="unexpected /varz answer")
+    data = fetch_varz(url, _TIMEOUT)
+    if isinstance(data, str):
+        return Varz(url, None, error=data)
     return parse_varz(url, data)
 
 
@@ -212,9 +175,7 @@ class _Offsets:
     unmeasured: list[str]
 
 
-async def _replica_clocks(
-    nc: Client, names: Names, log: ViolationLog, timeout: float = 1.0, settle: float = 0.15
-) -> _Offsets | str:
+async def _replica_clocks(probe: ServerProbe, names: Names) -> _Offsets | str:
     """Every live replica's own measure of its host clock against the store's, or why they
     could not be asked.
 
@@ -222,57 +183,36 @@ async def _replica_clocks(
     with its ``server_offset`` (admin/service.py): the replica measured it from its own
     writes' server timestamps, so the doctor's clock and the request's latency play no part.
     """
-    subject = names.admin_subject(REPLICA_STATUS_ENDPOINT)
-    answers: asyncio.Queue[Msg] = asyncio.Queue()
-    loop = asyncio.get_running_loop()
-
-    async def collect(msg: Msg) -> None:
-        await answers.put(msg)
-
-    inbox = nc.new_inbox()
-    sub = await nc.subscribe(inbox, cb=collect)
-    try:
-        mark = log.mark()
-        await nc.publish(subject, b"{}", reply=inbox)
-        await log.settle(nc, _TIMEOUT)
-        if log.refused_since(mark, "publish", subject):
+    answers = await probe.ask_all(names.admin_subject(REPLICA_STATUS_ENDPOINT))
+    if isinstance(answers, NoAnswer):
+        if answers.why == Unanswered.REFUSED:
             return "this user may not ask the replicas (admin replica.status)"
-        found = _Offsets(measured={}, unmeasured=[])
-        deadline = loop.time() + timeout
-        while (remaining := deadline - loop.time()) > 0:
-            answered = bool(found.measured or found.unmeasured)
-            try:
-                msg = await asyncio.wait_for(answers.get(),
-                                             min(remaining, settle) if answered else remaining)
-            except TimeoutError:
-                break
-            if (msg.headers or {}).get(HDR_STATUS) == "503":
-                return "no scheduler process is running"
-            try:
-                replica = msgspec.json.decode(msg.data, type=_Replica)
-            except (msgspec.ValidationError, msgspec.DecodeError):
-                continue
-            if replica.server_offset is None:
-                found.unmeasured.append(replica.identity)
-            else:
-                found.measured[replica.identity] = replica.server_offset
-        return found if found.measured or found.unmeasured else "no scheduler process answered"
-    finally:
-        await sub.unsubscribe()
+        return "no scheduler process is running"
+    found = _Offsets(measured={}, unmeasured=[])
+    for data in answers:
+        try:
+            replica = msgspec.json.decode(data, type=_Replica)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            continue
+        if replica.server_offset is None:
+            found.unmeasured.append(replica.identity)
+        else:
+            found.measured[replica.identity] = replica.server_offset
+    return found if found.measured or found.unmeasured else "no scheduler process answered"
 
 
-async def _clock(nc: Client, names: Names, log: ViolationLog) -> tuple[Check, int | None]:
+async def _clock(probe: ServerProbe, names: Names) -> tuple[Check, int | None]:
     """The clock check, and how many replicas answered (None: unknown)."""
-    found = await _replica_clocks(nc, names, log)
+    found = await _replica_clocks(probe, names)
     if isinstance(found, str):
         return clock_check(None, reason=found), None
     return (clock_check(found.measured, found.unmeasured),
             len(found.measured) + len(found.unmeasured))
 
 
-async def _herd(nc: Client, settings: NatsSettings, replicas: int | None) -> Check:
+async def _herd(probe: ServerProbe, settings: NatsSettings, replicas: int | None) -> Check:
     try:
-        table = await StoreReader(nc, settings.prefix, timeout=_TIMEOUT).schedule_table()
+        table = await StoreReader(probe.nc, settings.prefix, timeout=_TIMEOUT).schedule_table()
     except Exception as exc:  # unreadable: said by the stream and permission checks
         return Check("busiest minute", Status.WARN, f"unknown: the Schedules could not be "
                      f"read ({exc})")
@@ -286,30 +226,26 @@ async def run_doctor(settings: NatsSettings, *, monitor_url: str | None = None) 
     (e.g. ``http://127.0.0.1:8222``); without it the durability check says "unknown".
     """
     try:
-        nc, log = await _connect(settings)
+        probe = await ServerProbe.open(settings, _TIMEOUT)
     except SchedulerError as exc:
         return DoctorReport([Check("connection", Status.FAIL, str(exc)),
                              await _durability(monitor_url, settings.server_sync_always)])
     try:
-        # nats-py keeps the server's INFO (server name, cluster, connect URLs) to itself:
-        # nats-io/nats.py nats/aio/client.py Client has no public property for them. The
-        # version, the address and the server pool are public; streams name the cluster.
-        version = server_version(nc)
+        version = probe.version
         names = Names(settings.prefix)
-        where = nc.connected_url.netloc if nc.connected_url else "?"
-        checks = [Check("connection", Status.OK, f"nats-server {version or '?'} at {where}"),
+        checks = [Check("connection", Status.OK, f"nats-server {version or '?'} at "
+                        f"{probe.where}"),
                   version_check(version),
-                  await _jetstream_check(nc, log)]
-        stream_checks, replicas, cluster = await _stream_checks(nc, settings, log)
+                  _jetstream_check(await probe.jetstream())]
+        stream_checks, replicas, cluster = await _stream_checks(probe, settings)
         checks += stream_checks
-        checks.append(await _retention(nc, settings, log))
-        nodes = len({url.netloc for url in nc.servers})
-        checks.append(replication_check(cluster, nodes, replicas, settings.replicas))
+        checks.append(_retention(await probe.retention(names), settings))
+        checks.append(replication_check(cluster, probe.nodes, replicas, settings.replicas))
         checks.append(await _durability(monitor_url, settings.server_sync_always))
-        checks.append(permissions_check(await capabilities(nc, log, names, _TIMEOUT)))
-        clock, live = await _clock(nc, names, log)
+        checks.append(permissions_check(await probe.capabilities(names)))
+        clock, live = await _clock(probe, names)
         checks.append(clock)
-        checks.append(await _herd(nc, settings, live))
+        checks.append(await _herd(probe, settings, live))
         return DoctorReport(checks)
     finally:
-        await nc.close()
+        await probe.close()

@@ -15,9 +15,9 @@ from enum import StrEnum
 
 from ..core.herd import HERD_LATENESS_SECONDS, herd_capacity, replicas_needed
 from ..jetstream.connection import MIN_SERVER_VERSION, parse_version
+from ..jetstream.store_reads import Retention
 from ..names import HDR_REQUEST_INFO
 from ..settings import NatsSettings
-from .reader import Retention
 from .skew import OFFSET_FAIL_SECONDS, OFFSET_WARN_SECONDS, offset_level
 
 _MIN = ".".join(map(str, MIN_SERVER_VERSION))

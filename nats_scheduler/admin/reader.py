@@ -12,34 +12,38 @@ The admin service also uses this module for what no single process knows: the li
 Reading everything (``list_schedules`` with last-Run columns, ``health``) costs one message
 per Run of the whole history; that is acceptable for a fallback and for a console refresh
 while no process runs, and the service answers from memory otherwise.
+
+The reads themselves (consumers, stream info, the scatter-gather) are the adapter
+``jetstream/store_reads.py``; this module decides what they answer.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
 
 import msgspec
-import nats.errors
-import nats.js.errors
-from nats.aio.client import Client
-from nats.aio.msg import Msg
-from nats.js.api import DeliverPolicy, StreamConfig
-from nats.js.client import JetStreamContext
 
 from ..clock import Clock, SystemClock
 from ..core.events import RunRecord, ScheduleRecord, decode_schedule_event
-from ..jetstream.connection import server_version
+from ..jetstream.connection import Connection, server_version
+from ..jetstream.errors import is_engine_failure
 from ..jetstream.history_reads import PagedHistory
 from ..jetstream.leases import LeaseValue
 from ..jetstream.runlog import RunLog
 from ..jetstream.store import Store
-from ..names import HDR_KV_OPERATION, HDR_STATUS, Names, token
+from ..jetstream.store_reads import (
+    Stored,
+    event_streams,
+    gather,
+    index_retention,
+    last_message,
+    last_per_subject,
+)
+from ..names import HDR_KV_OPERATION, Names, token
 from ..projections.ledger import Ledger
 from ..projections.reads import RunReads, load_ledger, load_recent
 from ..projections.schedule_table import ScheduleTable
@@ -68,16 +72,6 @@ REPLICA_STATUS_ENDPOINT = "replica.status"
 """Under ``<P>.admin.``: every replica answers (each has its own queue group)."""
 
 
-@dataclass(frozen=True)
-class Stored:
-    """One message read back: its stream sequence, subject, body and headers."""
-
-    seq: int
-    subject: str
-    data: bytes
-    headers: dict[str, str]
-
-
 def _unreadable(what: str) -> AdminError:
     return AdminError(
         ErrorCode.UNAVAILABLE,
@@ -92,127 +86,10 @@ async def guarded(what: str, op: Callable[[], Awaitable[T]]) -> T:
         return await op()
     except AdminError:
         raise
-    except (nats.errors.Error, nats.js.errors.Error, TimeoutError, OSError,
-            SchedulerError) as exc:
-        raise _unreadable(what) from exc
-
-
-async def last_per_subject(
-    nc: Client, stream: str, subject_filter: str, *, timeout: float = 5.0
-) -> list[Stored]:
-    """The last message of every subject matching ``subject_filter`` (empty if no stream).
-
-    An ordered consumer with ``DeliverPolicy.LAST_PER_SUBJECT``: the server sends one
-    message per subject, and a delivered message's ``num_pending`` of 0 says it was the
-    last one. The consumer pushes at once, so its info may already show nothing pending:
-    it is empty only if nothing was delivered either.
-    """
-    js = nc.jetstream(timeout=timeout)
-    try:
-        sub = await js.subscribe(subject_filter, stream=stream, ordered_consumer=True,
-                                 deliver_policy=DeliverPolicy.LAST_PER_SUBJECT)
-    except nats.js.errors.NotFoundError:
-        return []
-    found: list[Stored] = []
-    try:
-        info = await sub.consumer_info()
-        delivered = info.delivered.consumer_seq if info.delivered is not None else 0
-        pending = (info.num_pending or 0) + (delivered or 0)
-        while pending > 0:
-            msg: Msg = await sub.next_msg(timeout)
-            meta = msg.metadata
-            found.append(Stored(meta.sequence.stream, msg.subject, msg.data,
-                                dict(msg.headers or {})))
-            pending = meta.num_pending
-    finally:
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
-    return found
-
-
-async def last_message(nc: Client, stream: str, subject: str, *, timeout: float = 5.0
-                       ) -> Stored | None:
-    """The last message of ``subject`` (wildcards allowed), or None."""
-    js = nc.jetstream(timeout=timeout)
-    try:
-        msg = await js.get_last_msg(stream, subject)
-    except nats.js.errors.NotFoundError:
-        return None
-    return Stored(int(msg.seq or 0), msg.subject or subject, msg.data or b"",
-                  dict(msg.headers or {}))
-
-
-async def gather(nc: Client, subject: str, payload: bytes = b"{}", *, timeout: float = 1.0,
-                 settle: float = 0.15) -> list[bytes]:
-    """Scatter-gather: publish once, collect every answer.
-
-    Stops ``settle`` seconds after the last answer, at ``timeout``, or at once when the
-    server reports that nobody listens (a 503 status message).
-    """
-    inbox = nc.new_inbox()
-    queue: asyncio.Queue[Msg] = asyncio.Queue()
-
-    async def collect(msg: Msg) -> None:
-        await queue.put(msg)
-
-    sub = await nc.subscribe(inbox, cb=collect)
-    answers: list[bytes] = []
-    try:
-        await nc.publish(subject, payload, reply=inbox)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            wait = min(remaining, settle) if answers else remaining
-            try:
-                msg = await asyncio.wait_for(queue.get(), wait)
-            except TimeoutError:
-                break
-            if (msg.headers or {}).get(HDR_STATUS) == "503":
-                break
-            answers.append(msg.data)
-    finally:
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
-    return answers
-
-
-@dataclass(frozen=True)
-class Retention:
-    """The history retention in force: the limits of the index stream ``<P>_RUNINDEX``.
-
-    The server enforces them (docs/configuration.md, "History retention"), so they, not any
-    process's settings, say what the history keeps. None: no such limit on the stream.
-    """
-
-    days: float | None
-    """``max_age`` in days: no finished Run older than this is kept."""
-    runs: int | None
-    """``max_msgs_per_subject``: the newest Runs kept per deployment."""
-
-
-def retention_of(config: StreamConfig) -> Retention:
-    """The retention an index stream's configuration sets (0 / -1 in NATS: no limit)."""
-    age = config.max_age or 0.0
-    per_subject = config.max_msgs_per_subject
-    return Retention(days=age / 86_400 if age > 0 else None,
-                     runs=per_subject if per_subject and per_subject > 0 else None)
-
-
-async def index_retention(js: JetStreamContext, names: Names) -> Retention | None:
-    """The retention in force, or None when the index stream does not exist (no provider of
-    this version has started with this prefix yet). Other failures propagate.
-
-    One reading for every place that shows it: the store health of the admin service and of
-    the store fallback (both :meth:`StoreReader.store_health`), and ``doctor``.
-    """
-    try:
-        info = await js.stream_info(names.index_stream)
-    except nats.js.errors.NotFoundError:
-        return None
-    return retention_of(info.config)
+    except Exception as exc:
+        if isinstance(exc, SchedulerError) or is_engine_failure(exc):
+            raise _unreadable(what) from exc
+        raise
 
 
 def _lease_value(stored: Stored) -> LeaseValue | None:
@@ -229,7 +106,7 @@ class StoreReader:
 
     def __init__(
         self,
-        nc: Client,
+        nc: Connection,
         prefix: str = "SCHED",
         *,
         timeout: float = 5.0,
@@ -352,25 +229,25 @@ class StoreReader:
         history retention in force (the index stream's limits)."""
         version = server_version(self.nc)
         base = dict(reachable=self.nc.is_connected, server_version=version or None)
-        js = self.nc.jetstream(timeout=self.timeout)
         try:
-            runs = await js.stream_info(self.names.runs_stream)
-            schedules = await js.stream_info(self.names.schedules_stream)
-        except nats.js.errors.NotFoundError:
+            streams = await event_streams(self.nc, self.names, timeout=self.timeout)
+        except Exception as exc:
+            if not is_engine_failure(exc):
+                raise
+            return StoreHealth(**base, detail="the scheduler's data could not be read")  # type: ignore[arg-type]
+        if streams is None:
             return StoreHealth(**base, detail=(  # type: ignore[arg-type]
                 f"not prepared: no scheduler process has started with prefix "
                 f"{self.names.prefix!r} yet"))
-        except (nats.errors.Error, nats.js.errors.Error, TimeoutError, OSError):
-            return StoreHealth(**base, detail="the scheduler's data could not be read")  # type: ignore[arg-type]
-        leader = runs.cluster.leader if runs.cluster is not None else None
-        detail = (f"{schedules.state.messages} schedule events, "
-                  f"{runs.state.messages} run events")
+        detail = f"{streams.schedule_events} schedule events, {streams.run_events} run events"
         try:
-            retention = await index_retention(js, self.names)
-        except (nats.errors.Error, nats.js.errors.Error, TimeoutError, OSError):
+            retention = await index_retention(self.nc, self.names, timeout=self.timeout)
+        except Exception as exc:
+            if not is_engine_failure(exc):
+                raise
             retention = None  # unknown; the rest of the answer still holds (doctor says why)
-        return StoreHealth(**base, replicas=runs.config.num_replicas,  # type: ignore[arg-type]
-                           leader=leader, detail=detail,
+        return StoreHealth(**base, replicas=streams.replicas,  # type: ignore[arg-type]
+                           leader=streams.leader, detail=detail,
                            retention_days=retention.days if retention else None,
                            retention_runs=retention.runs if retention else None)
 

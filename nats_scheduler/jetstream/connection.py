@@ -35,6 +35,11 @@ from ..seam import SchedulerConfigurationError, SchedulerError, SchedulerUnavail
 from ..settings import NatsSettings
 from . import errors
 
+Connection = Client
+"""A connection to the store, as the layers above ``jetstream/`` name it in their hints: they
+open it with :func:`connect`, hand it to this folder's adapters and close it, and never
+reach nats-py through it themselves."""
+
 ErrorCallback = Callable[[Exception], Awaitable[None]]
 Callback = Callable[[], Awaitable[None]]
 
