@@ -31,6 +31,12 @@ adapter; core's records extend its types. ``settings`` is not allowed although i
 too: its validation looks at files (credentials, certificates), and core needs none of it
 (the values it needs are passed in).
 
+Only the adapters speak nats-py: every ``import nats`` / ``from nats...`` of the packages is
+in ``jetstream/`` or in :data:`NATS_PY_CONNECTION_MODULES`, the connection module the command
+line and the console share (``admin/client.py``: it sends the admin requests and owns the
+connection). Elsewhere the server is reached through ``jetstream/``'s adapters, named in the
+scheduler's words, so a change of client library stays in one folder.
+
 Run ``python tests/test_import_graph.py`` to print the whole offending list at once.
 """
 
@@ -73,6 +79,8 @@ and never sideways but in the first (pure) layer."""
 SIDEWAYS_LAYERS = frozenset({0})
 """The layers whose units may import one another (``clock`` and ``names`` use ``core``,
 ``core`` and ``settings`` the seam)."""
+NATS_PY_CONNECTION_MODULES = frozenset({"nats_scheduler.admin.client"})
+"""The modules outside ``jetstream/`` allowed to import nats-py (see the module docstring)."""
 MAX_LINES = 450
 # The two modules allowed past the limit: the calendar is one algorithm (parse, expand, step
 # over DST) whose parts share private tables; the conformance suite is one test class.
@@ -282,6 +290,30 @@ def layer_violations() -> list[str]:
     return found
 
 
+def nats_py_imports_in(tree: ast.Module) -> Iterator[tuple[str, int]]:
+    """Every import of nats-py in ``tree`` (the module named and its line), wherever written."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "nats":
+                    yield alias.name, node.lineno
+        elif (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+              and node.module.split(".")[0] == "nats"):
+            yield node.module, node.lineno
+
+
+def nats_py_outside_adapters() -> list[str]:
+    """The imports of nats-py outside ``jetstream/`` and the allowed connection modules."""
+    found: list[str] = []
+    for module, path in module_files().items():
+        if unit_of(module) == "nats_scheduler.jetstream" or module in NATS_PY_CONNECTION_MODULES:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        found += [f"{module_path(module)}:{line}: imports {name}"
+                  for name, line in nats_py_imports_in(tree)]
+    return sorted(found)
+
+
 def long_modules() -> list[str]:
     """The modules of ``nats_scheduler`` over the line limit, but the two allowed."""
     found: list[str] = []
@@ -338,6 +370,23 @@ def test_core_imports_nothing_outside_core() -> None:
     assert not escapes, "core imports outside core:\n" + "\n".join(map(str, escapes))
 
 
+def test_nats_py_only_in_the_adapters() -> None:
+    """nats-py is imported by ``jetstream/`` and the connection module only; the reader
+    sees every form (a canary: ``nats_scheduler`` is not nats-py)."""
+    sample = ast.parse(
+        "import nats\n"
+        "import nats_scheduler.names\n"
+        "from nats.js import api\n"
+        "from . import nats\n"
+        "def f() -> None:\n"
+        "    import nats.errors\n"
+    )
+    assert sorted(nats_py_imports_in(sample)) == [("nats", 1), ("nats.errors", 6),
+                                                  ("nats.js", 3)]
+    found = nats_py_outside_adapters()
+    assert not found, "nats-py imported outside jetstream/:\n" + "\n".join(found)
+
+
 def test_no_module_over_the_line_limit() -> None:
     found = long_modules()
     assert not found, "modules over the limit:\n" + "\n".join(found)
@@ -349,6 +398,7 @@ def main() -> int:
                 ("units without a layer", "\n".join(unplaced_units())),
                 ("imports pointing up or sideways", "\n".join(layer_violations())),
                 ("core escapes", "\n".join(map(str, core_escapes()))),
+                ("nats-py outside the adapters", "\n".join(nats_py_outside_adapters())),
                 ("long modules", "\n".join(long_modules()))]
     for title, text in sections:
         print(f"== {title}\n{text or '(none)'}")
