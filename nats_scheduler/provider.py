@@ -274,7 +274,7 @@ class NatsSchedulerProvider:
         """
         running = await self._require_ready()
         wanted = list(schedules)
-        validation.check_reconcile(wanted)
+        given = validation.check_reconcile(wanted)
         limit = validation.max_schedule_event_bytes(running.store.max_payload)
         for schedule in wanted:
             self._check_size(schedule, limit)
@@ -282,16 +282,16 @@ class NatsSchedulerProvider:
         if proven is None:  # the table could not be proven current: decide on the leader's
             for schedule in wanted:
                 await self.apply(schedule)
-            names = {s.deployment_id for s in wanted}
             for record in self._table.live():
-                if record.deployment_id not in names:
+                if record.deployment_id not in given:
                     await self.delete(record.deployment_id)
             return
         planned = schedulecore.plan_reconcile(
             wanted, self._table.get_with_seq, self._table.live(),
             enabled=self._table.enabled_count(), cap=self.settings.max_active_schedules,
-            now=self._now(), actor=self._identity)
-        by_id = {s.deployment_id: s for s in wanted}
+            now=self._now(), actor=self._identity, given=given)
+        changed = {item.deployment_id for item in planned}
+        by_id = {s.deployment_id: s for s in wanted if s.deployment_id in changed}
 
         def redecide(item: schedulecore.PlannedWrite) -> ScheduleDecision:
             schedule = by_id.get(item.deployment_id)
@@ -301,6 +301,8 @@ class NatsSchedulerProvider:
         await running.schedules.write_planned(planned, redecide)
 
     def _check_size(self, schedule: Schedule, limit: int) -> None:
+        if validation.surely_fits(schedule, self._identity, limit):
+            return
         first = schedulecore.decide_apply(None, schedule, now=self._now(),
                                           actor=self._identity)
         assert first is not None
