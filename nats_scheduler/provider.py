@@ -90,8 +90,8 @@ class NatsSchedulerProvider:
         self._clock: Clock = clock or SystemClock()
         self._identity = ""
         self._embedded: object | None = None
-        self._ledger = Ledger()
         self._table = ScheduleTable()
+        self._ledger = Ledger(shared_id=self._table.shared_id)
         self._running: Runtime | None = None
         self._started = False
         self._stopped = False

@@ -31,6 +31,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
+import msgspec
+
 from ..clock import Clock
 from ..core import calendar
 from ..core.events import ScheduleRecord
@@ -46,20 +48,28 @@ class DueTime(NamedTuple):
     due: datetime
 
 
-class _Calendar(NamedTuple):
-    """What a Schedule is planned on; ``generation`` tells its heap entries from stale ones."""
+class _Calendar(msgspec.Struct, frozen=True, order=True, gc=False):
+    """What a Schedule is planned on: shared by the Schedules planned on the same one."""
 
-    generation: int
     cron: str
     timezone: str
 
 
-class _Next(NamedTuple):
-    """A heap entry: a Schedule's next due time (ordered by it)."""
+class _Next(msgspec.Struct, frozen=True, order=True, gc=False):
+    """A Schedule's plan and its next due time: a heap entry, ordered by the due time.
 
-    due: datetime
+    The live one of each Schedule is also its entry in ``Ticker._current``, so a Schedule
+    costs one entry, not a plan and a heap entry (a million Schedules on a large platform;
+    ``gc=False``: nothing here can be in a reference cycle, so the garbage collector need
+    not walk them). ``generation`` tells a plan's entries from those of an earlier plan of
+    the same Schedule (stale: skipped when they come up); ``due`` is None for a plan with no
+    due time ahead (never in the heap).
+    """
+
+    due: datetime | None
     generation: int
     deployment_id: str
+    calendar: _Calendar
 
 
 class _Fallback(NamedTuple):
@@ -82,6 +92,14 @@ Check = Callable[[str, datetime], bool]
 
 OWNER_GRACE_SECONDS = 3.0
 """How often the replicas that do not own a due time look whether its owner fired it."""
+COMPACT_SLACK = 1_024
+"""Stale heap entries (of changed or stopped plans) tolerated beyond one per planned
+Schedule before the heap is rebuilt from the live plans: it never grows past twice the
+Schedules planned, however often they change."""
+
+SHARED_CALENDARS = 20_000
+"""At most this many distinct calendars are shared between Schedules' plans."""
+
 OWNER_PATIENCE_SECONDS = 30.0
 """How long after a due time the others leave it to an owner that is still live: long
 enough for one replica's share of a 100,000 herd to be created (docs/benchmarks.md), short
@@ -115,7 +133,9 @@ class Ticker:
         """Looks at which a due time's owner was live and still had time: left to it."""
 
         self._heap: list[_Next] = []
-        self._current: dict[str, _Calendar] = {}
+        self._current: dict[str, _Next] = {}
+        """Each planned Schedule's live plan: the entry of its next due time."""
+        self._calendars: dict[_Calendar, _Calendar] = {}
         self._generation = 0
         self._wake = asyncio.Event()
         self._fires: set[asyncio.Task[None]] = set()
@@ -133,7 +153,8 @@ class Ticker:
             if known is not None:
                 del self._current[record.deployment_id]  # its heap entry becomes stale
             return
-        if known is not None and (known.cron, known.timezone) == (record.cron, record.timezone):
+        if (known is not None and known.calendar.cron == record.cron
+                and known.calendar.timezone == record.timezone):
             return  # same calendar: keep the planned due time
         self._plan(record.deployment_id, record.cron, record.timezone,
                    after or self._clock.now())
@@ -146,24 +167,43 @@ class Ticker:
             self._current.pop(deployment_id, None)
             return
         self._generation += 1
-        self._current[deployment_id] = _Calendar(self._generation, cron, timezone)
+        entry = _Next(due, self._generation, deployment_id, self._shared(cron, timezone))
+        self._current[deployment_id] = entry
         if due is not None:
-            heapq.heappush(self._heap, _Next(due, self._generation, deployment_id))
+            heapq.heappush(self._heap, entry)
+            self._compact()
         self._wake.set()
+
+    def _shared(self, cron: str, timezone: str) -> _Calendar:
+        made = _Calendar(cron, timezone)
+        found = self._calendars.get(made)
+        if found is None:
+            if len(self._calendars) < SHARED_CALENDARS:
+                self._calendars[made] = made
+            return made
+        return found
+
+    def _compact(self) -> None:
+        """Rebuild the heap from the live plans once stale entries outnumber them (each
+        change of a calendar leaves its old entry behind until its due time comes up)."""
+        if len(self._heap) > 2 * len(self._current) + COMPACT_SLACK:
+            self._heap = [e for e in self._current.values() if e.due is not None]
+            heapq.heapify(self._heap)
 
     def next_due(self, deployment_id: str) -> datetime | None:
         """The planned next due time of one Schedule (for status views)."""
         known = self._current.get(deployment_id)
-        if known is None:
-            return None
-        for entry in self._heap:
-            if entry.deployment_id == deployment_id and entry.generation == known.generation:
-                return entry.due
-        return None
+        return None if known is None else known.due
 
     @property
     def planned(self) -> int:
         return len(self._current)
+
+    @property
+    def heap_entries(self) -> int:
+        """Entries in the heap, stale ones included (at most twice :attr:`planned`, plus a
+        constant: see ``COMPACT_SLACK``)."""
+        return len(self._heap)
 
     async def run(self) -> None:
         """Fire due times until cancelled."""
@@ -198,8 +238,7 @@ class Ticker:
     def _drop_stale(self) -> None:
         while self._heap:
             first = self._heap[0]
-            known = self._current.get(first.deployment_id)
-            if known is not None and known.generation == first.generation:
+            if self._current.get(first.deployment_id) is first:
                 return
             heapq.heappop(self._heap)
 
@@ -220,20 +259,24 @@ class Ticker:
         next one planned from the due time (late wake-ups fire every one), the others'
         left to their owners for the grace."""
         due_now: list[DueTime] = []
-        while self._heap and self._heap[0].due <= now:
-            entry = heapq.heappop(self._heap)
-            known = self._current.get(entry.deployment_id)
-            if known is None or known.generation != entry.generation:
-                continue
-            if self._owns is None or self._owns(entry.deployment_id, entry.due):
-                due_now.append(DueTime(entry.deployment_id, entry.due))
+        heap = self._heap
+        while heap and heap[0].due <= now:  # type: ignore[operator]  # due: never None here
+            entry = heapq.heappop(heap)
+            due = entry.due
+            assert due is not None
+            if self._current.get(entry.deployment_id) is not entry:
+                continue  # stale: the Schedule stopped or was planned again
+            if self._owns is None or self._owns(entry.deployment_id, due):
+                due_now.append(DueTime(entry.deployment_id, due))
             else:
                 heapq.heappush(self._fallbacks, _Fallback(
-                    entry.due + self._grace, entry.generation, entry.deployment_id, entry.due))
-            following = calendar.next_due(known.cron, known.timezone, entry.due)
-            if following is not None:
-                heapq.heappush(self._heap,
-                               _Next(following, entry.generation, entry.deployment_id))
+                    due + self._grace, entry.generation, entry.deployment_id, due))
+            plan = entry.calendar
+            following = msgspec.structs.replace(
+                entry, due=calendar.next_due(plan.cron, plan.timezone, due))
+            self._current[entry.deployment_id] = following
+            if following.due is not None:
+                heapq.heappush(heap, following)
         return due_now
 
     def _fallbacks_due(self, now: datetime) -> list[DueTime]:

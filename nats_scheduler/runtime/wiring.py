@@ -249,7 +249,7 @@ class Runtime:
             self._correct_began()
             records = self.table.all()
             self.table.subscribe(ticker.update)  # changes from now on plan themselves
-            self.metrics.watch_schedules(records, self.table.subscribe)
+            self.metrics.watch_schedules(records, self.table.subscribe_changes)
             for start in range(0, len(records), PLAN_CHUNK):
                 for record in records[start:start + PLAN_CHUNK]:
                     current = self.table.get(record.deployment_id) or record
