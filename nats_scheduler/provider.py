@@ -201,10 +201,10 @@ class NatsSchedulerProvider:
             url_settings, ledger=self._ledger, table=self._table, clock=self._clock,
             identity=self._identity, handler=handler, meter_provider=self._meter_provider,
             fire_observer=self._fire_observer)
-        self._running.start_loops()
         self._started = True
         if settings.admin_service:
             await self._serve_admin(self._running)
+        self._running.start_loops()  # last: the Schedules' load must not delay the above
         log.info("%s (identity %s)", self.describe(), self._identity)
 
     async def _serve_admin(self, running: Runtime) -> None:

@@ -205,9 +205,9 @@ class Runtime:
             if open_runs[run_id].expires_at <= self._clock.now():
                 with contextlib.suppress(Exception):
                     await self.leases.forget(run_id)
-        # Last: its replay (one message per Schedule) goes on in the background, and the
-        # reads above must not queue behind 100,000 of them.
-        await self.followers[0].subscribe()
+        # The Schedule follower subscribes once the loops start (_become_ready): its replay
+        # (one message per Schedule) goes on in the background, and neither the reads above
+        # nor the rest of start() must queue behind a million of them.
 
     @property
     def ready(self) -> bool:
@@ -239,6 +239,7 @@ class Runtime:
         and the last day's Runs (the views' summaries)."""
         try:
             follower = self.followers[0]
+            await follower.subscribe()
             while True:
                 try:
                     await follower.caught_up(READY_PATIENCE_SECONDS)
