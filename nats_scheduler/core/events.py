@@ -181,7 +181,10 @@ RunEventType = (
 # ------------------------------------------------------------------------ Schedule events
 
 
-class ScheduleEvent(Event, frozen=True, kw_only=True):
+class ScheduleEvent(Event, frozen=True, kw_only=True, gc=False):
+    """A change of one Schedule, carrying its record after the change. Without
+    garbage-collector bookkeeping, as its record (a first reconcile holds a million)."""
+
     schedule: ScheduleRecord
 
 

@@ -122,8 +122,9 @@ Known = Callable[[str], "tuple[int, ScheduleRecord] | None"]
 """A deployment's Schedule as the table holds it, with the sequence of its last event."""
 
 
-class PlannedWrite(msgspec.Struct, frozen=True):
-    """One change a reconcile stores: decided on the table's copy at ``seq`` (0: none)."""
+class PlannedWrite(msgspec.Struct, frozen=True, gc=False):
+    """One change a reconcile stores: decided on the table's copy at ``seq`` (0: none).
+    A first reconcile plans a million: the garbage collector need not walk them."""
 
     deployment_id: str
     seq: int
