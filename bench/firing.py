@@ -250,6 +250,10 @@ class Counters:
     """Messages clients sent to the server (publishes and requests of every kind)."""
     calls: Counter[str] = field(default_factory=Counter)
     """What the provider processes sent, by kind (:class:`CallTally`), summed."""
+    replica_cpu: list[float] = field(default_factory=list)
+    """Each replica process's CPU seconds so far (user + system, its own accounting)."""
+    server_cpu: float = 0.0
+    """The nats-server process(es)' CPU seconds so far."""
 
 
 def _varz_in_msgs(http_url: str | list[str]) -> int:
@@ -262,15 +266,47 @@ def _varz_in_msgs(http_url: str | list[str]) -> int:
 
 
 async def counters(js: JetStreamContext, http_url: str | list[str], names: Names,
-                   calls: Counter[str] | None = None) -> Counters:
-    """Message counts of the provider's streams and the server's traffic counter."""
+                   calls: Counter[str] | None = None, *, replica_cpu: list[float] | None = None,
+                   server_cpu_s: float = 0.0) -> Counters:
+    """Message counts of the provider's streams and the server's traffic counter, with the
+    CPU the replicas and the server have used so far."""
     streams: dict[str, tuple[int, int]] = {}
     for stream in (names.schedules_stream, names.runs_stream, names.index_stream,
                    f"KV_{names.leases_bucket}"):
         info = await js.stream_info(stream)
         streams[stream] = (info.state.messages, info.state.last_seq)
     in_msgs = await asyncio.to_thread(_varz_in_msgs, http_url)
-    return Counters(streams, in_msgs, Counter(calls or {}))
+    return Counters(streams, in_msgs, Counter(calls or {}), list(replica_cpu or []),
+                    server_cpu_s)
+
+
+def own_cpu() -> float:
+    """This process's CPU seconds so far, user + system, from its own accounting."""
+    times = os.times()
+    return times.user + times.system
+
+
+def cpu_lines(before: Counters, after: Counters, runs: int) -> list[str]:
+    """CPU seconds each replica used between two instants, and per Run summed over all."""
+    if not after.replica_cpu or runs <= 0:
+        return []
+    used = [a - b for a, b in zip(after.replica_cpu, before.replica_cpu, strict=True)]
+    per_run = sum(used) / runs * 1e6
+    sent = sum((after.calls - before.calls).values()) / runs
+    server = after.server_cpu - before.server_cpu
+    return ["  CPU (user + system, each process's own accounting): "
+            + ", ".join(f"replica {i} {cpu:.2f} s" for i, cpu in enumerate(used, 1))
+            + f"; all replicas {sum(used):.2f} s = {per_run:,.0f} us per Run "
+            f"(beside {sent:.2f} messages sent per Run); nats-server {server:.2f} s "
+            f"= {server / runs * 1e6:,.0f} us per Run"]
+
+
+def cpu_per_run(boundary: Boundary) -> float | None:
+    """CPU seconds of all the replicas per Run over one boundary (None: not measured)."""
+    before, after = boundary.before, boundary.after
+    if not after.replica_cpu or boundary.created <= 0:
+        return None
+    return (sum(after.replica_cpu) - sum(before.replica_cpu)) / boundary.created
 
 
 def per_run_lines(before: Counters, after: Counters, runs: int) -> list[str]:
@@ -583,7 +619,7 @@ async def child_main(url: str, prefix: str, count: int, out: Path,
     async def report() -> None:
         while True:
             print(json.dumps({"fired": provider.fired, "started": handler.per_due,
-                              "calls": tally.counts,
+                              "calls": tally.counts, "cpu": own_cpu(),
                               "unfinished": provider.ledger.unfinished_count(),
                               "tasks": pending_tasks(provider)}), flush=True)
             await asyncio.sleep(0.25)
@@ -641,6 +677,10 @@ class Child:
 
     def calls(self) -> Counter[str]:
         return Counter(self.progress.get("calls", {}))
+
+    def cpu(self) -> float:
+        """The CPU seconds the child reported last (it reports four times a second)."""
+        return float(self.progress.get("cpu", 0.0))
 
     def idle(self) -> bool:
         return self.progress.get("unfinished") == 0 and self.progress.get("tasks") == 0
@@ -796,13 +836,17 @@ async def fire_real(server: NatsServer | Target, count: int, *, replicas: int = 
             due = first + 60 * k
             due_iso = datetime.fromtimestamp(due, UTC).isoformat()
             await sleep_until_wall(due - 1.5)
-            before = await counters(js, target.http_urls, names, _calls(children))
+            before = await counters(js, target.http_urls, names, _calls(children),
+                                    replica_cpu=[c.cpu() for c in children],
+                                    server_cpu_s=server_cpu(target))
             await sleep_until_wall(due)
             done = await poll(lambda d=due_iso: _children_done(children, d, count),
                               timeout, interval=0.1)
             done_in = time.time() - due if done else None
             await asyncio.sleep(0.3)  # one more progress line: the children's final tallies
-            after = await counters(js, target.http_urls, names, _calls(children))
+            after = await counters(js, target.http_urls, names, _calls(children),
+                                   replica_cpu=[c.cpu() for c in children],
+                                   server_cpu_s=server_cpu(target))
             measured.append(Boundary(due, due_iso, before, after, done_in))
     finally:
         alive_to = datetime.now(UTC)
@@ -956,7 +1000,8 @@ def print_firing(result: FiringRun, refs: References | None) -> None:
             print(f"  Runs started per second up to the last: {runs_per_s:,.0f}/s = "
                   f"{runs_per_s / refs.rates.gathered:.3f}x the gathered publish rate, "
                   f"{runs_per_s / refs.rates.atomic:.3f}x atomic batches")
-        print("\n".join(per_run_lines(b.before, b.after, b.created)))
+        print("\n".join(per_run_lines(b.before, b.after, b.created)
+                        + cpu_lines(b.before, b.after, b.created)))
     print(f" repeated start_session calls (duplicates, must be 0): {result.extra_starts}; "
           f"stale Schedule reads redone: {result.stale_fires}")
     if result.peak_rss_mb:
@@ -1096,11 +1141,35 @@ async def measure_on(target: Target, args: argparse.Namespace) -> None:
     if args.manual:
         print_firing(await fire_manual(target, args.schedules, boundaries=args.boundaries), refs)
         return
+    results = []
     for replicas in args.replicas:
         result = await fire_real(target, args.schedules, replicas=replicas,
                                  boundaries=args.boundaries, prefix=f"FIRE{replicas}",
                                  herd=args.herd)
         print_firing(result, refs)
+        results.append(result)
+    print_scale_out(results)
+
+
+def print_scale_out(results: list[FiringRun]) -> None:
+    """CPU per Run summed over the replicas, for each replica count, against one replica's:
+    adding a replica should add its share of the work, not coordination."""
+    if len(results) < 2:
+        return
+    print("\nscale-out in CPU (all replicas' CPU per Run, each boundary; vs one replica):")
+    one = next((r for r in results if r.replicas == 1), None)
+    reference = [cpu_per_run(b) for b in one.boundaries] if one is not None else []
+    for result in results:
+        figures = []
+        for k, boundary in enumerate(result.boundaries):
+            per_run = cpu_per_run(boundary)
+            if per_run is None:
+                figures.append("not measured")
+                continue
+            base = reference[k] if k < len(reference) else None
+            ratio = f" ({per_run / base:.2f}x)" if base else ""
+            figures.append(f"{per_run * 1e6:,.0f} us{ratio}")
+        print(f"  {result.replicas} replica(s): " + ", ".join(figures))
 
 
 async def main(args: argparse.Namespace) -> None:
