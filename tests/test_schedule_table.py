@@ -96,3 +96,19 @@ def test_the_ledger_keys_its_summaries_with_the_tables_own_ids() -> None:
     keys = [k for k in ledger._summaries._last if k == "dep-1"]
     assert keys and keys[0] is stored.deployment_id
     assert table.shared_id("unknown") == "unknown"
+
+
+def test_in_order_lists_every_schedule_by_id_and_keeps_up_with_new_ones() -> None:
+    table = ScheduleTable()
+    for seq, dep in enumerate(["c", "a", "e"], start=1):
+        table.apply(seq, record(dep))
+    assert [r.deployment_id for r in table.in_order()] == ["a", "c", "e"]
+    table.apply(4, record("b", deleted=True))  # deleted ones are listed too
+    table.apply(5, record("d"))
+    table.apply(6, record("a", enabled=False))  # a change: no new ID
+    assert [r.deployment_id for r in table.in_order()] == ["a", "b", "c", "d", "e"]
+    assert [r.deployment_id for r in table.in_order(after="b")] == ["c", "d", "e"]
+    assert [r.deployment_id for r in table.in_order(after="bb")] == ["c", "d", "e"]
+    assert list(table.in_order(after="e")) == []
+    first = next(iter(table.in_order()))
+    assert first.deployment_id == "a" and not first.enabled, "the current record"

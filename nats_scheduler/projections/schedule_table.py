@@ -14,7 +14,8 @@ was decoded with.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from bisect import bisect_right
+from collections.abc import Callable, Hashable, Iterator
 from typing import TypeVar
 
 import msgspec
@@ -68,6 +69,10 @@ class ScheduleTable:
         self._texts = _Pool()
         self._payloads = _Pool()
         self._instants = _Pool()
+        self._ordered: list[str] | None = None
+        """Every deployment ID in order, once someone listed them (IDs are never removed:
+        deleted Schedules stay); new ones are appended and sorted in at the next listing."""
+        self._unsorted = False
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -83,6 +88,9 @@ class ScheduleTable:
             return False
         record = self._shared(record, known)
         self._entries[record.deployment_id] = _Entry(seq, record)  # the key: its own ID
+        if known is None and self._ordered is not None:
+            self._ordered.append(record.deployment_id)
+            self._unsorted = True
         previous = None if known is None else known.record
         self._enabled += _counts(record) - (previous is not None and _counts(previous))
         for listener in self._listeners:
@@ -139,6 +147,25 @@ class ScheduleTable:
     def live(self) -> list[ScheduleRecord]:
         """Schedules not deleted."""
         return [e.record for e in self._entries.values() if not e.record.deleted]
+
+    def in_order(self, after: str | None = None) -> Iterator[ScheduleRecord]:
+        """Every Schedule (deleted ones included) in deployment-ID order, from the first ID
+        after ``after`` on: a page of a listing costs its own rows, not a sort of a million.
+
+        The order is kept once made: a Schedule added since is sorted in at the next call
+        (one pass over a list sorted but for its tail)."""
+        ordered = self._ordered
+        if ordered is None:
+            ordered = self._ordered = sorted(self._entries)
+        elif self._unsorted:
+            ordered.sort()
+        self._unsorted = False
+        entries = self._entries
+        for index in range(0 if after is None else bisect_right(ordered, after),
+                           len(ordered)):
+            entry = entries.get(ordered[index])
+            if entry is not None:
+                yield entry.record
 
     def enabled_count(self, excluding: str | None = None) -> int:
         """Enabled, not deleted Schedules (held ones count: a release makes them fire)."""
