@@ -59,7 +59,7 @@ from .membership import Membership
 from .memory import release_freed_memory
 from .metrics import Metrics
 from .retention import Retention
-from .ticker import FireObserver, Ticker
+from .ticker import Dues, FireObserver, Ticker
 
 log = logging.getLogger(__name__)
 
@@ -251,10 +251,11 @@ class Runtime:
             records = self.table.all()
             self.table.subscribe(ticker.update)  # changes from now on plan themselves
             self.metrics.watch_schedules(records, self.table.subscribe_changes)
+            dues: Dues = {}
             for start in range(0, len(records), PLAN_CHUNK):
-                for record in records[start:start + PLAN_CHUNK]:
-                    current = self.table.get(record.deployment_id) or record
-                    ticker.update(current, after=max(self.began, current.updated_at))
+                ticker.plan_loaded((self.table.get(r.deployment_id) or r
+                                    for r in records[start:start + PLAN_CHUNK]), self.began,
+                                   dues)
                 await asyncio.sleep(0)
         except asyncio.CancelledError:
             raise
