@@ -15,7 +15,10 @@ What it does, per size and per repeat, each repeat on a fresh nats-server (defau
 1. A fresh process (a child mode of this script) builds the list of N enabled daily
    Schedules (spread over the day and seven time zones, none due within two hours, each
    with a prompt of its own), starts a provider on the empty store, and times
-   ``reconcile`` of the whole list: the first load, all new (``load``).
+   ``reconcile`` of the whole list: the first load, all new (``load``). Then it writes
+   the checkpoint of its Schedule table that the owner of the job writes within a minute
+   in production (``runtime/checkpointing.py``); ``--no-checkpoint``: none, so the restart
+   below replays every Schedule, as before checkpoints.
 2. Reference, same run: the raw replay of the N Schedule subjects (an ordered consumer,
    last message per subject, nothing decoded): the floor of a start-up's read.
 3. Another fresh process, as AstraBox restarting (``restart``): builds the same list, then
@@ -27,7 +30,9 @@ What it does, per size and per repeat, each repeat on a fresh nats-server (defau
    difference. With ``--breakdown`` it also walks its structures (the Schedule table, the
    ticker, metrics, the ledger; each object counted once, as ``bench/held.py`` does).
 
-Time in Python's garbage collector is measured in every timed step (``gc.callbacks``).
+Time in Python's garbage collector is measured in every timed step (``gc.callbacks``), and
+the process's own CPU time beside the main ones (a shared machine stretches wall time more
+than CPU time).
 Printed: each figure per repeat, the median of the repeats, and with two sizes or more the
 growth of each median from the smallest size to each larger one (linear is the size ratio).
 Nothing is asserted.
@@ -136,11 +141,13 @@ class Step:
 
     def __enter__(self) -> Step:
         self.began, self.gc_began = time.perf_counter(), self._timer.seconds
+        self.cpu_began = time.process_time()
         return self
 
     def __exit__(self, *_: object) -> None:
         self.seconds = time.perf_counter() - self.began
         self.gc_seconds = self._timer.seconds - self.gc_began
+        self.cpu_seconds = time.process_time() - self.cpu_began
 
 
 def emit(**figures: Any) -> None:
@@ -154,17 +161,29 @@ def settings_for(url: str, count: int) -> NatsSettings:
 # ----------------------------------------------------------------------------- children
 
 
-async def load_main(url: str, count: int, started: datetime) -> None:
-    """A fresh process: ``reconcile`` of every Schedule into an empty store (all new)."""
+async def load_main(url: str, count: int, started: datetime, checkpoint: bool) -> None:
+    """A fresh process: ``reconcile`` of every Schedule into an empty store (all new); then
+    the checkpoint of the table its replica would write within a minute (unless told not
+    to: then a restart replays every Schedule)."""
     timer = GcTimer()
     listed = schedules(count, started)
     provider = NatsSchedulerProvider(settings_for(url, count))
     provider.configure()
     await provider.start(RecordingRunHandler())
     await provider.until_ready()
+    running = provider.runtime
+    assert running is not None
+    running.checkpointing.enabled = checkpoint  # no writer of its own during the load
     with Step(timer) as step:
         await provider.reconcile(listed)
-    emit(load_s=step.seconds, load_gc_s=step.gc_seconds)
+    figures = {"load_s": step.seconds, "load_cpu_s": step.cpu_seconds,
+               "load_gc_s": step.gc_seconds}
+    if checkpoint:
+        with Step(timer) as written:
+            if not await running.checkpointing.write_now():
+                raise SystemExit("no checkpoint was written (see the log)")
+        figures["checkpoint_s"] = written.seconds
+    emit(**figures)
     await provider.stop()
 
 
@@ -199,11 +218,14 @@ async def restart_main(url: str, count: int, started: datetime, walk: bool) -> N
     figures: dict[str, Any] = dict(
         start_s=start.seconds, ready_s=ready_at[0] - start.began,
         reconcile_after_start_s=first.seconds, reconcile_after_start_gc_s=first.gc_seconds,
+        reconcile_after_start_cpu_s=first.cpu_seconds + start.cpu_seconds,
         reconcile_unchanged_s=again.seconds, reconcile_unchanged_gc_s=again.gc_seconds,
+        reconcile_unchanged_cpu_s=again.cpu_seconds,
         reconcile_partly_s=partly.seconds, reconcile_partly_gc_s=partly.gc_seconds,
         rss_list_mb=rss_list, state_mb=rss_reconciled - rss_list,
         state_warmed_mb=rss_warmed - rss_list, heap=ticker.heap_entries,
-        planned=ticker.planned, gc_s=timer.seconds, gc_collections=timer.collections)
+        planned=ticker.planned, gc_s=timer.seconds, gc_collections=timer.collections,
+        from_checkpoint=provider.runtime.checkpointing.loaded or 0)
     if walk:
         from held import breakdown
 
@@ -232,11 +254,13 @@ async def child(*args: str) -> dict[str, Any]:
     return figures
 
 
-async def one_repeat(count: int, started: datetime, walk: bool) -> dict[str, Any]:
+async def one_repeat(count: int, started: datetime, walk: bool,
+                     checkpoint: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp, NatsServer(tmp).start() as server:
         common = ["--url", server.url, "--schedules", str(count), "--started",
                   started.isoformat()]
-        figures = await child("--child-load", *common)
+        figures = await child("--child-load", *common,
+                              *([] if checkpoint else ["--no-checkpoint"]))
         figures["replay_s"] = await raw_replay_seconds(server.url, PREFIX, count)
         figures.update(await child("--child-restart", *common,
                                    *(["--breakdown"] if walk else [])))
@@ -245,13 +269,17 @@ async def one_repeat(count: int, started: datetime, walk: bool) -> dict[str, Any
 
 ROWS = (
     ("load_s", "first reconcile, all new", "s"),
+    ("load_cpu_s", "  this process's CPU meanwhile", "s"),
     ("load_gc_s", "  of it in the garbage collector", "s"),
+    ("checkpoint_s", "then its checkpoint written", "s"),
     ("replay_s", "reference: raw replay of the Schedule subjects", "s"),
     ("start_s", "fresh process: start()", "s"),
     ("ready_s", "fresh process: ready (table loaded, planned)", "s"),
     ("reconcile_after_start_s", "then reconcile unchanged (waits for ready)", "s"),
+    ("reconcile_after_start_cpu_s", "  this process's CPU from start() on", "s"),
     ("reconcile_after_start_gc_s", "  of it in the garbage collector", "s"),
     ("reconcile_unchanged_s", "reconcile unchanged again, table loaded", "s"),
+    ("reconcile_unchanged_cpu_s", "  this process's CPU meanwhile", "s"),
     ("reconcile_unchanged_gc_s", "  of it in the garbage collector", "s"),
     ("reconcile_partly_s", f"reconcile, 1 in {CHANGED_SHARE} changed", "s"),
     ("reconcile_partly_gc_s", "  of it in the garbage collector", "s"),
@@ -259,13 +287,14 @@ ROWS = (
     ("state_warmed_mb", "the same after the background warm-up", "MB"),
     ("rss_list_mb", "RSS with the caller's list, before start()", "MB"),
     ("heap", "ticker heap entries", ""),
+    ("from_checkpoint", "Schedules the restart loaded from a checkpoint", ""),
 )
 
 
 def report(results: dict[int, list[dict[str, Any]]]) -> None:
     sizes = sorted(results)
-    medians = {n: {key: statistics.median(r[key] for r in rows) for key, _, _ in ROWS}
-               for n, rows in results.items()}
+    medians = {n: {key: statistics.median(r.get(key, 0.0) for r in rows)
+                   for key, _, _ in ROWS} for n, rows in results.items()}
     print(f"\n{'figure (median of repeats)':<52}"
           + "".join(f"{n:>14,}" for n in sizes)
           + "".join(f"{'growth x' + format(n // sizes[0], ','):>14}" for n in sizes[1:]))
@@ -278,7 +307,8 @@ def report(results: dict[int, list[dict[str, Any]]]) -> None:
     for n in sizes:
         print(f"\n{n:,} Schedules, each repeat:")
         for key, label, _ in ROWS:
-            print(f"  {label:<50} " + ", ".join(f"{r[key]:,.2f}" for r in results[n]))
+            print(f"  {label:<50} " + ", ".join(f"{r.get(key, 0.0):,.2f}"
+                                                  for r in results[n]))
         walked = [r["breakdown"] for r in results[n] if "breakdown" in r]
         if walked:
             print("  structures walked (first repeat), bytes per Schedule:")
@@ -292,7 +322,8 @@ async def main(args: argparse.Namespace) -> None:
         results[count] = []
         for repeat in range(args.repeats):
             started = datetime.now(UTC)
-            figures = await one_repeat(count, started, args.breakdown and repeat == 0)
+            figures = await one_repeat(count, started, args.breakdown and repeat == 0,
+                                       not args.no_checkpoint)
             results[count].append(figures)
             print(f"{count:,} Schedules, repeat {repeat + 1}: " + ", ".join(
                 f"{k} {v:,.2f}" for k, v in figures.items() if isinstance(v, float | int)),
@@ -308,6 +339,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--breakdown", action="store_true",
                         help="walk the restarted replica's structures (slow at 1,000,000)")
+    parser.add_argument("--no-checkpoint", action="store_true",
+                        help="no checkpoint of the table: the restart replays every Schedule")
     parser.add_argument("--child-load", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child-restart", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
@@ -320,7 +353,8 @@ if __name__ == "__main__":
     if arguments.child_load or arguments.child_restart:
         when = datetime.fromisoformat(arguments.started)
         number = int(arguments.schedules)
-        asyncio.run(load_main(arguments.url, number, when) if arguments.child_load
+        asyncio.run(load_main(arguments.url, number, when, not arguments.no_checkpoint)
+                    if arguments.child_load
                     else restart_main(arguments.url, number, when, arguments.breakdown))
     else:
         asyncio.run(main(arguments))

@@ -34,7 +34,7 @@ unique values)."""
 _H = TypeVar("_H", bound=Hashable)
 
 
-class _Entry(msgspec.Struct, frozen=True, gc=False):
+class TableEntry(msgspec.Struct, frozen=True, gc=False):
     """One Schedule as the table holds it: its record and the stream sequence of the event
     it came from. A struct without garbage-collector bookkeeping, not a tuple: 24 bytes
     less per Schedule, and nothing for the collector to walk (it cannot be in a cycle)."""
@@ -62,7 +62,7 @@ class ScheduleTable:
     """Latest state of every Schedule ever applied (deleted ones included)."""
 
     def __init__(self) -> None:
-        self._entries: dict[str, _Entry] = {}
+        self._entries: dict[str, TableEntry] = {}
         self._listeners: list[Listener] = []
         self._change_listeners: list[ChangeListener] = []
         self._enabled = 0
@@ -87,7 +87,7 @@ class ScheduleTable:
         if known is not None and known.seq >= seq:
             return False
         record = self._shared(record, known)
-        self._entries[record.deployment_id] = _Entry(seq, record)  # the key: its own ID
+        self._entries[record.deployment_id] = TableEntry(seq, record)  # the key: its own ID
         if known is None and self._ordered is not None:
             self._ordered.append(record.deployment_id)
             self._unsorted = True
@@ -99,7 +99,7 @@ class ScheduleTable:
             change(previous, record)
         return True
 
-    def _shared(self, record: ScheduleRecord, known: _Entry | None) -> ScheduleRecord:
+    def _shared(self, record: ScheduleRecord, known: TableEntry | None) -> ScheduleRecord:
         """``record`` with the values many Schedules repeat (calendar, time zone, target,
         payload, a name equal to the ID, the instant it was stamped with) shared with the
         records that have them: each record decodes its own copies, about 300 bytes per
@@ -137,6 +137,10 @@ class ScheduleTable:
     def get_with_seq(self, deployment_id: str) -> tuple[int, ScheduleRecord] | None:
         entry = self._entries.get(deployment_id)
         return (entry.seq, entry.record) if entry is not None else None
+
+    def entries(self) -> list[TableEntry]:
+        """Every Schedule with the sequence of its event, as held now (a checkpoint)."""
+        return list(self._entries.values())
 
     def __len__(self) -> int:
         return len(self._entries)

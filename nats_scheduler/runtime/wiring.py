@@ -36,6 +36,7 @@ from opentelemetry.metrics import MeterProvider
 from ..clock import Clock, ServerClock
 from ..core.events import ScheduleRecord, decode_schedule_event
 from ..core.runcore import RetryPolicy
+from ..jetstream.checkpoints import Checkpoints
 from ..jetstream.connection import connect
 from ..jetstream.follower import Follower
 from ..jetstream.history import RunHistory
@@ -51,6 +52,7 @@ from ..projections.schedule_table import ScheduleTable
 from ..seam import RunHandler, SchedulerUnavailable
 from ..settings import NatsSettings
 from ..tasks import cancel_and_wait
+from .checkpointing import Checkpointing
 from .dispatcher import Dispatcher
 from .firing import Firing
 from .freshness import Freshness
@@ -134,6 +136,11 @@ class Runtime:
         self.retention = Retention(self.history, table, ledger, clock,
                                    interval=settings.retention_interval,
                                    owns=self.membership.owns)
+        self.checkpointing = Checkpointing(
+            Checkpoints(store), table, position=self._schedules_position,
+            ready=lambda: self.ready, owns=self.membership.owns,
+            stream_created=lambda: store.created(store.names.schedules_stream),
+            clock=clock, identity=identity, enabled=store.checkpoints)
         self.began = clock.now()
         """When this process started, by the store's clock once it is known (the ticker's
         first due times count from here)."""
@@ -239,6 +246,10 @@ class Runtime:
         and the last day's Runs (the views' summaries)."""
         try:
             follower = self.followers[0]
+            stream = self.store.names.schedules_stream
+            after = await self.checkpointing.load(await self.store.last_seq(stream))
+            if after is not None:  # the table holds every event up to it: the rest only
+                follower.from_seq, follower.catch_up = after + 1, True
             await follower.subscribe()
             while True:
                 try:
@@ -305,6 +316,7 @@ class Runtime:
             asyncio.create_task(self._become_ready(self.ticker),
                                 name="schedule load and warm-up"),
             asyncio.create_task(self.retention.forever(), name="retention"),
+            asyncio.create_task(self.checkpointing.forever(), name="checkpoints"),
         ]
 
     async def _warm_up(self) -> None:
