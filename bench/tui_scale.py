@@ -32,6 +32,9 @@ What it does, on one nats-server started here:
      not with ``Pilot.press``: that waits for the process to go idle, which under a herd it
      never does, so each press took its one-second limit twice, whatever the console did;
    - q: from pressing ``q`` to the app having exited.
+5. ``nats-scheduler status`` as an operator runs it, once per run: its wall time and its
+   peak RSS (the cluster, the health signals and the busiest minute, answered by the
+   provider child from its Schedule table).
    The console run with 0 Schedules is the reference for CPU and memory.
 
 Nothing is asserted; figures and ratios are printed. The machine may be shared: compare the
@@ -307,6 +310,18 @@ async def other_views(app: Any, pilot: Any, until: Callable[..., Any], schedule:
     return seconds
 
 
+def status_run(url: str, prefix: str) -> dict[str, float]:
+    """``nats-scheduler status`` as an operator runs it: its wall time, peak RSS and exit
+    code (7: a health signal is raised), measured by ``bench/check_scale.py``'s wrapper
+    (a child of this process would report this process's size as its peak)."""
+    from check_scale import run_child  # bench/check_scale.py, beside this script
+
+    child = run_child([sys.executable, "-m", "nats_scheduler.cli.main", "status", "--url",
+                       url, "--prefix", prefix])
+    return {"status_s": child.wall_s, "status_peak_mb": child.peak_mb,
+            "status_exit": float(child.returncode)}
+
+
 async def reference_list(url: str, prefix: str) -> tuple[float, float]:
     """A plain client: the first page of the list, then the whole list (seconds)."""
     from nats_scheduler.admin.client import AdminClient
@@ -389,6 +404,11 @@ async def measure(server: NatsServer, count: int, runs: int, idle: float, rate: 
         first, whole = await reference_list(server.url, prefix)
         print(f"  reference: first page of the list {first * 1000:.0f} ms, whole list "
               f"{whole:.2f} s (plain AdminClient)", flush=True)
+        statuses = [await asyncio.to_thread(status_run, server.url, prefix)
+                    for _ in range(runs)]
+        print("  nats-scheduler status: " + ", ".join(
+            f"{st['status_s']:.2f} s (peak {st['status_peak_mb']:.0f} MB, exit "
+            f"{st['status_exit']:.0f})" for st in statuses), flush=True)
         rows = []
         for _ in range(runs):
             proc, figures = await child("--console", "--url", server.url, "--prefix", prefix,
@@ -410,7 +430,8 @@ async def measure(server: NatsServer, count: int, runs: int, idle: float, rate: 
                 print("  views (key to content shown): " + ", ".join(
                     f"{view} {ms(sec)}" for view, sec in figures["views_s"].items()),
                     flush=True)
-        return {"count": count, "first_page_s": first, "whole_list_s": whole, "runs": rows}
+        return {"count": count, "first_page_s": first, "whole_list_s": whole, "runs": rows,
+                "status": statuses}
     finally:
         await stop_child(provider)
 
@@ -455,6 +476,11 @@ def report(results: list[dict], rate: float) -> None:
               f"{median(r['runs'], 'rss_mb') - median(base, 'rss_mb'):.0f} MB, first rows "
               f"{first:.2f}x")
     print("floor: the plain client's first page / whole list, same run")
+    for r in results:
+        times = [st["status_s"] for st in r["status"]]
+        peaks = [st["status_peak_mb"] for st in r["status"]]
+        print(f"{r['count']:>10,} nats-scheduler status: median {statistics.median(times):.2f} s,"
+              f" peak RSS {statistics.median(peaks):.0f} MB")
 
 
 async def main(args: argparse.Namespace) -> None:
