@@ -607,12 +607,15 @@ async def started(provider: NatsSchedulerProvider,
 
 
 async def child_main(url: str, prefix: str, count: int, out: Path,
-                     stream_replicas: int = 1, sync_always: bool = False) -> None:
+                     stream_replicas: int = 1, sync_always: bool = False,
+                     lease_seconds: float | None = None) -> None:
     """One replica: fire and dispatch until stdin closes, printing progress as JSON lines.
     ``sync_always``: the server syncs every write, and the replica is told so, as the docs
-    tell operators (``ASTRABOX_NATS_SERVER_SYNC_ALWAYS``)."""
+    tell operators (``ASTRABOX_NATS_SERVER_SYNC_ALWAYS``). ``lease_seconds``: the lease
+    length (``ASTRABOX_NATS_LEASE_SECONDS``), when not the default."""
+    lease = {} if lease_seconds is None else {"lease_seconds": lease_seconds}
     provider = CountingProvider(settings_for(url, prefix, count, replicas=stream_replicas,
-                                             server_sync_always=sync_always))
+                                             server_sync_always=sync_always, **lease))
     handler, tally = await started(provider, prefix)
     print(json.dumps({"ready": provider.identity}), flush=True)
 
@@ -653,6 +656,8 @@ class Child:
         extra = ["--uvloop"] if USE_UVLOOP else []
         if sync_always:
             extra.append("--server-sync-always")
+        if LEASE_SECONDS is not None:
+            extra += ["--lease-seconds", str(LEASE_SECONDS)]
         proc = await asyncio.create_subprocess_exec(
             sys.executable, str(SCRIPT), "--child", "--url", url,
             "--prefix", prefix, "--schedules", str(count), "--out", str(out),
@@ -1216,11 +1221,17 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--stream-replicas", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--server-sync-always", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--lease-seconds", type=float,
+                        help="the replicas' lease length (default: the provider's, 5 s)")
     args = parser.parse_args(argv)
     if args.manual and args.replicas != [1]:
         parser.error("--manual runs one in-process provider: it cannot be combined with "
                      "--replicas (real processes cannot share a ManualClock)")
     return args
+
+
+LEASE_SECONDS: float | None = None
+"""The replicas' lease length (``--lease-seconds``); None: the provider's default."""
 
 
 def run(coroutine: Awaitable[None], use_uvloop: bool) -> None:
@@ -1237,9 +1248,11 @@ def run(coroutine: Awaitable[None], use_uvloop: bool) -> None:
 
 if __name__ == "__main__":
     arguments = parse()
+    LEASE_SECONDS = arguments.lease_seconds
     if arguments.child:
         run(child_main(arguments.url, arguments.prefix, arguments.schedules, arguments.out,
-                       arguments.stream_replicas, arguments.server_sync_always),
+                       arguments.stream_replicas, arguments.server_sync_always,
+                       arguments.lease_seconds),
             arguments.uvloop)
     else:
         run(main(arguments), arguments.uvloop)
