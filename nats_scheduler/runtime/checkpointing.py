@@ -63,6 +63,8 @@ class Checkpointing:
         """The Schedules the start-up loaded from a checkpoint (None: it replayed them)."""
         self.written = 0
         """Checkpoints this replica wrote."""
+        self._writing = asyncio.Lock()
+        """One write at a time in this process (each reads the newest head it writes on)."""
 
     async def load(self, last_seq: int) -> int | None:
         """Load the newest usable checkpoint into the table; the Schedule event sequence the
@@ -111,6 +113,10 @@ class Checkpointing:
 
     async def write_if_due(self, *, min_schedules: int = MIN_SCHEDULES) -> bool:
         """Write a checkpoint if one is due (see the module docstring); whether it did."""
+        async with self._writing:
+            return await self._write_if_due(min_schedules)
+
+    async def _write_if_due(self, min_schedules: int) -> bool:
         count = len(self._table)
         if count < min_schedules:
             return False
@@ -123,15 +129,21 @@ class Checkpointing:
             if (behind <= count // BEHIND_SHARE
                     and age < timedelta(seconds=CHECKPOINT_MAX_AGE / 2)):
                 return False
-        return await self.write(previous)
+        return await self._write(previous)
 
     async def write_now(self) -> bool:
         """Write a checkpoint now, due or not; whether it became the newest."""
-        latest = await self._checkpoints.latest()
-        return await self.write(0 if latest is None else latest[0])
+        async with self._writing:
+            latest = await self._checkpoints.latest()
+            return await self._write(0 if latest is None else latest[0])
 
     async def write(self, previous: int) -> bool:
-        """Write a checkpoint of the table now; whether it became the newest."""
+        """Write a checkpoint of the table now on the head at ``previous`` (0: none);
+        whether it became the newest."""
+        async with self._writing:
+            return await self._write(previous)
+
+    async def _write(self, previous: int) -> bool:
         created = await self._stream_created()
         # Taken in one step: every event up to ``seq`` is in the table (a record newer than
         # ``seq``, a change this replica stored, is delivered again after it and ignored).
