@@ -87,8 +87,9 @@ FireMany = Callable[[list[DueTime]], Awaitable[object]]
 FireObserver = Callable[[Sequence[DueTime]], None]
 """Told of the due times the ticker fires, just before it fires them (tests and benches
 count what each replica fired; the provider takes one as ``fire_observer``)."""
-Dues = dict[tuple[str, str, datetime], "datetime | None"]
-"""First due times by (cron, time zone, instant after which), for one planning pass."""
+Dues = dict[tuple[str, str, datetime], "tuple[datetime | None, _Calendar]"]
+"""First due times and the shared calendar, by (cron, time zone, instant after which), for
+one planning pass."""
 Check = Callable[[str, datetime], bool]
 """(deployment, due time) -> bool: whether this process owns it / whether its Run exists."""
 
@@ -177,19 +178,21 @@ class Ticker:
     def _plan(self, deployment_id: str, cron: str, timezone: str, after: datetime,
               dues: Dues | None = None) -> None:
         key = (cron, timezone, after)
-        try:
-            if dues is not None and key in dues:
-                due = dues[key]
-            else:
-                due = calendar.next_due(cron, timezone, after)
-                if dues is not None:
-                    dues[key] = due
-        except ValueError:
-            log.warning("schedule %s has an invalid calendar; not firing it", deployment_id)
-            self._current.pop(deployment_id, None)
-            return
+        found = None if dues is None else dues.get(key)
+        if found is None:
+            try:
+                found = (calendar.next_due(cron, timezone, after),
+                         self._shared(cron, timezone))
+            except ValueError:
+                log.warning("schedule %s has an invalid calendar; not firing it",
+                            deployment_id)
+                self._current.pop(deployment_id, None)
+                return
+            if dues is not None:
+                dues[key] = found
+        due, plan = found
         self._generation += 1
-        entry = _Next(due, self._generation, deployment_id, self._shared(cron, timezone))
+        entry = _Next(due, self._generation, deployment_id, plan)
         self._current[deployment_id] = entry
         if due is not None:
             heapq.heappush(self._heap, entry)
