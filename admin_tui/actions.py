@@ -13,6 +13,7 @@ from rich.text import Text
 from textual import work
 
 from nats_scheduler.admin.api import RunView, ScheduleView
+from nats_scheduler.admin.callers import held_by
 from nats_scheduler.admin.client import BULK_PAGE
 
 from .dialogs.bulk_confirm import BulkConfirmDialog
@@ -26,7 +27,7 @@ def hold_text(schedule: ScheduleView, now_text: str) -> str:
     hold = schedule.hold
     if hold is None:
         return ""
-    return f"held by {hold.by} {now_text}: {hold.reason}"
+    return f"held by {held_by(hold)} {now_text}: {hold.reason}"
 
 
 class OperatorActions(ConsoleScreen):

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 from rich.text import Text
 
+from nats_scheduler.admin.callers import who_text
 from nats_scheduler.core import events as ev
 from nats_scheduler.core.calendar import load_zone
 from nats_scheduler.seam import InvalidSchedule, RunState
@@ -167,7 +168,7 @@ def event_summary(event: object) -> str:
             parts.append(f"by {run.requested_by}")
         return " · ".join(parts)
     if isinstance(event, (ev.ScheduleHeld, ev.ScheduleReleased)):
-        return f"by {event.by}: {event.reason}"
+        return f"by {who_text(event.by, event.caller, event.on_behalf_of)}: {event.reason}"
     if isinstance(event, ev.ScheduleEvent):
         s = event.schedule
         return f"{s.name} · {s.cron} · {s.timezone} · {'enabled' if s.enabled else 'disabled'}"

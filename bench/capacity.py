@@ -4,7 +4,8 @@ Applies N Schedules that all fire every minute, then moves an injected clock acr
 minute boundary and measures how long the provider takes to store and dispatch the N Runs
 of that minute (they must be done well inside the minute for N to be supported). The
 reference, measured in the same run, is the raw rate of sequential acknowledged publishes to
-the same server (the engine's ceiling: docs/design.md, "Throughput ceilings"). Run:
+the same server (the engine's ceiling: docs/design.md, "Throughput ceilings"), beside the
+NATS maintainers' own ``nats bench js pub`` on that server (bench/natsbench.py). Run:
 ``.venv/bin/python bench/capacity.py [--schedules 10000]``.
 """
 
@@ -17,6 +18,7 @@ import time
 from datetime import UTC, datetime
 
 from nats.js.api import StreamConfig
+from natsbench import nats_bench
 
 from nats_scheduler import ManualClock, NatsSchedulerProvider, NatsSettings
 from nats_scheduler.natsserver.process import NatsServer
@@ -43,6 +45,10 @@ async def main(count: int) -> None:
         await provider.start(RecordingRunHandler())
         rate = await reference_rate(provider)
         print(f"reference: sequential acknowledged publishes {rate:,.0f} msg/s")
+        bench = await nats_bench(server.url, messages=3000, size=600, clients=64,
+                                 atomic_batch=100)
+        if bench is not None:
+            print(f"reference (nats bench): {bench.line()}")
 
         began = time.perf_counter()
         limit = asyncio.Semaphore(64)
@@ -76,7 +82,8 @@ async def main(count: int) -> None:
         await asyncio.wait_for(dispatched_all.wait(), 300)
         dispatched = time.perf_counter() - began
         print(f"one minute boundary: {count} runs stored in {stored:.1f} s, "
-              f"dispatched in {dispatched:.1f} s ({count / dispatched:,.0f} runs/s)")
+              f"dispatched in {dispatched:.1f} s ({count / dispatched:,.0f} runs/s"
+              f"{'' if bench is None else '; ' + bench.ratios(count / dispatched)})")
         # each Run costs ~5 acknowledged writes (create, claim, session, dispatched + lease ops)
         print(f"share of the minute used: {dispatched / 60:.0%}; "
               f"writes/s achieved vs reference: {count * 4 / dispatched / rate:.2f}x")

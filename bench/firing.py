@@ -49,7 +49,11 @@ request, the rest plain publishes, the last the commit request; one batch after 
 under ``sync_interval: always`` the server syncs once per batch); (b) the
 server's own message scheduler (ADR-51: stream option ``allow_msg_schedules``, one
 ``Nats-Schedule: @at <UTC RFC3339>`` message per Schedule with its ``Nats-Schedule-Target``,
-all due at one instant), with the delivery lateness of the N fired messages.
+all due at one instant), with the delivery lateness of the N fired messages; (c) the NATS
+maintainers' own benchmark, ``nats bench js pub`` of the official CLI (bench/natsbench.py:
+``sync`` with ``CALLERS`` clients, ``async``, ``atomic`` batches of ``ATOMIC_BATCH``), N
+Run-sized messages on the same server, whose ratios are printed beside the others (without
+the CLI, and with ``--skip-references``, it is left out, saying so).
 
 ``--enqueue``: 64 concurrent callers of ``enqueue`` (Run now) for 10 s, then the dispatch of
 those Runs (stored -> DISPATCHED, instant handler), each rate with its ratio to the gathered
@@ -85,6 +89,7 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy, StreamConfig
+from natsbench import NatsBench, nats_bench
 
 from nats_scheduler import ManualClock, NatsSchedulerProvider, NatsSettings
 from nats_scheduler.core import runcore
@@ -469,6 +474,12 @@ async def server_schedules(nc: Client, count: int, lead: float,
 class References:
     rates: PublishRates
     schedules: ServerSchedules | None
+    nats_bench: NatsBench | None = None
+    """Reference (c), ``nats bench js pub``; None without the CLI."""
+
+    def nats_ratios(self, rate: float) -> str:
+        """``rate`` against reference (c), for the lines that print ratios."""
+        return "" if self.nats_bench is None else f", {self.nats_bench.ratios(rate)}"
 
 
 async def references(url: str, count: int, *, with_schedules: bool = True,
@@ -480,7 +491,10 @@ async def references(url: str, count: int, *, with_schedules: bool = True,
         if with_schedules:
             lead = 2.0 + 2 * count / rates.publish_async
             sched = await server_schedules(nc, count, lead, replicas)
-        return References(rates, sched)
+        bench = await nats_bench(url, messages=count, size=rates.payload_bytes,
+                                 clients=CALLERS, atomic_batch=ATOMIC_BATCH,
+                                 replicas=replicas)
+        return References(rates, sched, bench)
     finally:
         await nc.close()
 
@@ -491,6 +505,8 @@ def print_references(refs: References, count: int) -> None:
           f"gathered ({CALLERS} callers) {rates.gathered:,.0f}/s, "
           f"publish_async {rates.publish_async:,.0f}/s, "
           f"atomic batches of {ATOMIC_BATCH} {rates.atomic:,.0f} messages/s")
+    if refs.nats_bench is not None:
+        print(f"reference (c): {refs.nats_bench.line()}")
     sched = refs.schedules
     if sched is None:
         return
@@ -1004,7 +1020,8 @@ def print_firing(result: FiringRun, refs: References | None) -> None:
             runs_per_s = len(b.starts) / max(max(b.starts), 1e-9)
             print(f"  Runs started per second up to the last: {runs_per_s:,.0f}/s = "
                   f"{runs_per_s / refs.rates.gathered:.3f}x the gathered publish rate, "
-                  f"{runs_per_s / refs.rates.atomic:.3f}x atomic batches")
+                  f"{runs_per_s / refs.rates.atomic:.3f}x atomic batches"
+                  f"{refs.nats_ratios(runs_per_s)}")
         print("\n".join(per_run_lines(b.before, b.after, b.created)
                         + cpu_lines(b.before, b.after, b.created)))
     print(f" repeated start_session calls (duplicates, must be 0): {result.extra_starts}; "
@@ -1088,7 +1105,8 @@ def print_enqueue(result: EnqueueRun, refs: References) -> None:
     print(f"  enqueue: {result.enqueue_rate:,.0f} Runs/s = "
           f"{result.enqueue_rate / gathered:.3f}x the gathered publish rate ({gathered:,.0f}/s), "
           f"{result.enqueue_rate / refs.rates.publish_async:.3f}x publish_async, "
-          f"{result.enqueue_rate / refs.rates.atomic:.3f}x atomic batches")
+          f"{result.enqueue_rate / refs.rates.atomic:.3f}x atomic batches"
+          f"{refs.nats_ratios(result.enqueue_rate)}")
     rate = result.dispatch_rate
     if rate is None:
         print("  dispatch: not every Run was dispatched within 120 s")
@@ -1096,7 +1114,7 @@ def print_enqueue(result: EnqueueRun, refs: References) -> None:
         print(f"  dispatch (stored -> DISPATCHED, from the first enqueue to the last dispatched): "
               f"{rate:,.0f} Runs/s = {rate / gathered:.3f}x the gathered publish rate, "
               f"{rate / refs.rates.publish_async:.3f}x publish_async, "
-              f"{rate / refs.rates.atomic:.3f}x atomic batches")
+              f"{rate / refs.rates.atomic:.3f}x atomic batches{refs.nats_ratios(rate)}")
     print(f"  enqueue returned -> start_session: {spread(result.to_start)}")
     print("\n".join(per_run_lines(result.before, result.after, result.enqueued)))
 

@@ -15,7 +15,8 @@ What it does, on one nats-server started here:
 1. Reference (a): the raw rate of gathered acknowledged publishes (64 concurrent callers) of
    Schedule-sized messages to the same server: an apply is at least one conditional publish
    (and a leader read when this process's copy of the Schedule is stale), so it cannot beat
-   this.
+   this. Beside it, the NATS maintainers' ``nats bench js pub`` (sync with 64 clients, async,
+   atomic batches) of messages of the same size on the same server (bench/natsbench.py).
 2. Applies N enabled ``M H * * *`` Schedules (minutes and hours varied, several time zones)
    through the provider's public ``apply`` with 64 concurrent callers, from a loader whose
    ManualClock never moves (it never fires), then ``reconcile`` of the same N (unchanged,
@@ -72,6 +73,7 @@ from typing import Any
 import msgspec
 import nats
 from nats.js.api import ConsumerConfig, DeliverPolicy, StreamConfig
+from natsbench import nats_bench
 
 from nats_scheduler import ManualClock, NatsSchedulerProvider, NatsSettings
 from nats_scheduler.core import calendar, runcore
@@ -564,13 +566,18 @@ async def run(server: NatsServer, count: int, idle_seconds: float, runs_each: in
     reference_count = min(count, REFERENCE_PUBLISHES)
     payload = schedule_sized_payload(schedules[0])
     publish_rate = await gathered_publish_rate(server.url, reference_count, payload)
+    bench = await nats_bench(server.url, messages=reference_count, size=len(payload),
+                             clients=CALLERS, atomic_batch=100)
     print(f"\n=== {count:,} Schedules ===", flush=True)
     print(f"reference (a): {reference_count:,} gathered acknowledged publishes of "
           f"{len(payload)} B ({CALLERS} callers): {publish_rate:,.0f}/s", flush=True)
+    if bench is not None:
+        print(f"reference (nats bench): {bench.line()}", flush=True)
 
     writes = await apply_all(server.url, schedules)
     print(f"apply: {count:,} enabled Schedules ({CALLERS} callers): {writes.apply_rate:,.0f}/s "
-          f"= {writes.apply_rate / publish_rate:.3f}x reference (a)", flush=True)
+          f"= {writes.apply_rate / publish_rate:.3f}x reference (a)"
+          f"{'' if bench is None else ', ' + bench.ratios(writes.apply_rate)}", flush=True)
     unchanged = statistics.median(writes.reconcile_unchanged_s)
     print(f"reconcile: the same {count:,} again, unchanged (one call, nothing written): "
           f"median {unchanged:.2f} s of {len(writes.reconcile_unchanged_s)} "

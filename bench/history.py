@@ -9,9 +9,8 @@ process several times and reports, as medians of those runs:
   again after the background warm-up of the last day's Runs finished);
 - ``list_runs(limit=50)``: the first page right after ``start()`` returned (a replica
   started a moment ago, its warm-up still running), then the first page and a page deep in
-  the history, p50 over 50 calls; and the same two pages read the way the provider read
-  them before pages were pipelined (``RunHistory.page`` and a merge that scans every Run
-  the process holds), p50 over the same calls: before/after in one run;
+  the history, p50 over 50 calls (pages of one deployment's long history made by the
+  provider itself, and whole walks of it: bench/history_pages.py);
 - ``get_run`` of Runs the replica never touched (from a page deep in the history): p50
   over 50 calls;
 - the same-run references: one direct get of a Run's last event (``$JS.API.DIRECT.GET``)
@@ -46,7 +45,7 @@ import nats
 
 from nats_scheduler import NatsSchedulerProvider, NatsSettings
 from nats_scheduler.core import runcore
-from nats_scheduler.core.events import RunRecord, encode
+from nats_scheduler.core.events import encode
 from nats_scheduler.jetstream.direct import reader_of
 from nats_scheduler.jetstream.history import IndexEntry
 from nats_scheduler.names import (
@@ -56,7 +55,6 @@ from nats_scheduler.names import (
     random_run_id,
 )
 from nats_scheduler.natsserver.process import NatsServer
-from nats_scheduler.projections.reads import FRESH, merge
 from nats_scheduler.seam import RunPayload, Schedule, Trigger
 from nats_scheduler.testing.handler import RecordingRunHandler
 
@@ -97,7 +95,8 @@ async def fill(url: str, prefix: str, total: int, already: int, chunk_size: int 
         for i in range(chunk, min(total, chunk + chunk_size)):
             dep = f"dep-{i % DEPLOYMENTS:03d}"
             run_id, at = random_run_id(), start + step * i
-            entry = msgspec.json.encode(IndexEntry(run_id=run_id, created_at=at))
+            # in the Runs' order, as the provider writes entries (ordered)
+            entry = msgspec.json.encode(IndexEntry(run_id=run_id, created_at=at, ordered=True))
             acked = await js.publish_async(names.index_subject(dep), entry,
                                            headers={HDR_MSG_ID: index_msg_id(run_id)})
             runs.append((dep, run_id, at, acked))
@@ -132,22 +131,6 @@ async def prepare(url: str, prefix: str) -> None:
 # ----------------------------------------------------------------------------- one replica
 
 
-async def legacy_page(provider: NatsSchedulerProvider, dep: str, limit: int,
-                      before: str | None) -> list[RunRecord]:
-    """A page read as the provider read it before pages were pipelined: the cursor's
-    retention check, ``RunHistory.page`` (first and last entry, window, states: one read
-    after the other) and a merge over every Run this process holds of the deployment."""
-    running = provider.runtime
-    assert running is not None
-    reads, history, ledger = running.reads, running.history, running.ledger
-    cursor = await reads.find(before) if before is not None else None
-    now = datetime.now(UTC)
-    page = [r for r in await history.page(dep, limit, cursor)
-            if not r.finished or r.created_at >= now - history.retention_age]
-    return merge(page, [r for r in ledger.held() if r.deployment_id == dep], limit, cursor,
-                 now, FRESH)
-
-
 async def child(url: str, prefix: str) -> dict[str, float]:
     """A fresh replica: start it, read, and report (runs in its own process)."""
     base = rss_mb()
@@ -165,10 +148,10 @@ async def child(url: str, prefix: str) -> dict[str, float]:
         assert provider.runtime is not None
         # let the background warm-up of the last day's Runs finish
         for task in asyncio.all_tasks():
-            if task.get_name() == "history warm-up":
+            if task.get_name() == "schedule load and warm-up":
                 await task
         rss_warm = rss_mb()
-        first, deep, gets, direct, leader, old_first, old_deep = [], [], [], [], [], [], []
+        first, deep, gets, direct, leader = [], [], [], [], []
         cursor = page[-1].run_id
         for _ in range(4):  # a cursor deep in the history: walk a few thousand Runs back
             deeper = await provider.list_runs(dep, limit=1000, before=cursor)
@@ -180,14 +163,10 @@ async def child(url: str, prefix: str) -> dict[str, float]:
         one_get = [(store.names.runs_stream, {"last_by_subj": subject})]
         # get_run of Runs this process never touched (not in its memory): a page deep down
         olds = [r.run_id for r in await provider.list_runs(dep, limit=50, before=cursor)]
-        same = (await legacy_page(provider, dep, 50, cursor) ==
-                await provider.runs_page(dep, limit=50, before=cursor))
         for i in range(50):
             for sink, call in (
                 (first, lambda: provider.list_runs(dep, limit=50)),
                 (deep, lambda: provider.list_runs(dep, limit=50, before=cursor)),
-                (old_first, lambda: legacy_page(provider, dep, 50, None)),
-                (old_deep, lambda: legacy_page(provider, dep, 50, cursor)),
                 (gets, lambda i=i: provider.get_run(olds[i % len(olds)] if olds
                                                     else page[-1].run_id)),
                 (direct, lambda: reader.get_many(one_get, 2.0)),
@@ -199,9 +178,8 @@ async def child(url: str, prefix: str) -> dict[str, float]:
         return {"start_s": started, "rss_base_mb": base, "rss_started_mb": rss_started,
                 "rss_warm_mb": rss_warm, "list_cold_ms": cold * 1000,
                 "list_first_ms": p50(first) * 1000, "list_deep_ms": p50(deep) * 1000,
-                "old_first_ms": p50(old_first) * 1000, "old_deep_ms": p50(old_deep) * 1000,
                 "get_ms": p50(gets) * 1000, "direct_ms": p50(direct) * 1000,
-                "leader_ms": p50(leader) * 1000, "same_page": float(same)}
+                "leader_ms": p50(leader) * 1000}
     finally:
         await provider.stop()
 
@@ -315,17 +293,13 @@ def report(rows: list[tuple[int, dict[str, float]]], before: int, after: int, li
               f"{m['rss_warm_mb']:>8.1f} {m['start_s'] / base['start_s']:>12.2f} "
               f"{m['rss_started_mb'] / base['rss_started_mb']:>10.2f}")
     print("\nlist_runs(limit=50), ms (p50; 'cold': the first page right after start())")
-    print(f"{'runs stored':>12} {'cold':>7} {'first':>7} {'deep':>7} {'old 1st':>8} "
-          f"{'old deep':>8} {'get_run':>8} {'direct':>7} {'leader':>7} "
-          f"{'1st/dir':>7} {'deep/dir':>8} {'old/new':>7} {'same':>5}")
+    print(f"{'runs stored':>12} {'cold':>7} {'first':>7} {'deep':>7} "
+          f"{'get_run':>8} {'direct':>7} {'leader':>7} {'1st/dir':>7} {'deep/dir':>8}")
     for size, m in rows:
         print(f"{size:>12,} {m['list_cold_ms']:>7.2f} {m['list_first_ms']:>7.2f} "
-              f"{m['list_deep_ms']:>7.2f} {m['old_first_ms']:>8.2f} {m['old_deep_ms']:>8.2f} "
-              f"{m['get_ms']:>8.2f} {m['direct_ms']:>7.3f} {m['leader_ms']:>7.3f} "
-              f"{m['list_first_ms'] / m['direct_ms']:>7.1f} "
-              f"{m['list_deep_ms'] / m['direct_ms']:>8.1f} "
-              f"{m['old_first_ms'] / m['list_first_ms']:>7.1f} "
-              f"{'yes' if m['same_page'] == 1.0 else 'NO':>5}")
+              f"{m['list_deep_ms']:>7.2f} {m['get_ms']:>8.2f} {m['direct_ms']:>7.3f} "
+              f"{m['leader_ms']:>7.3f} {m['list_first_ms'] / m['direct_ms']:>7.1f} "
+              f"{m['list_deep_ms'] / m['direct_ms']:>8.1f}")
     print(f"retention (5 deployments x 200 Runs, retention_runs=50): Run subjects {before} -> "
           f"{after} after enforcement; list_runs returns {listed} (expected 250)")
 

@@ -151,26 +151,36 @@ class ServerClock:
 
     def __init__(self, inner: Clock, *, elapsed: Callable[[], float] = time.monotonic,
                  fresh: float = FRESH_SECONDS, hold: float = HOLD_SECONDS,
-                 estimator: OffsetEstimator | None = None) -> None:
+                 estimator: OffsetEstimator | None = None, nap: float = NAP_SECONDS) -> None:
         self.inner = inner
         self._elapsed = elapsed
+        self._nap = nap
         self._fresh = fresh
         self._hold = hold
         self.estimator = estimator or OffsetEstimator()
-        self._changed = asyncio.Event()
+        self._sleepers: list[asyncio.Future[None]] = []
+        """Futures of the sleepers, woken by a new sample to look again."""
 
     @classmethod
     def wrap(cls, clock: Clock) -> Clock:
-        """``clock`` corrected to the server's when it follows the wall clock, else itself."""
+        """``clock`` corrected to the server's when it follows the wall clock, else itself.
+
+        Elapsed time is the process's monotonic clock, or the wrapped clock's own
+        (``elapsed``, a callable) when it has one, and so is the longest nap (``nap``): a
+        simulated host's elapsed time is virtual, and it naps longer (fewer wakeups per
+        simulated hour)."""
         if getattr(clock, "follows_wall_time", False):
-            return cls(clock)
+            return cls(clock, elapsed=getattr(clock, "elapsed", time.monotonic),
+                       nap=getattr(clock, "nap", NAP_SECONDS))
         return clock
 
     def observe(self, sample: Sample) -> None:
         """One write's timings and server stamp; wakes the sleepers to look again."""
         self.estimator.add(sample)
-        event, self._changed = self._changed, asyncio.Event()
-        event.set()
+        sleepers, self._sleepers = self._sleepers, []
+        for sleeper in sleepers:
+            if not sleeper.done():
+                sleeper.set_result(None)
 
     def wall_seconds(self) -> float:
         """The inner (host) clock, seconds since the epoch: the other end of a sample."""
@@ -211,26 +221,27 @@ class ServerClock:
         await sleep_for(self.inner, seconds)
 
     async def sleep_until(self, instant: datetime) -> None:
+        """Look at the time again at least every nap (``NAP_SECONDS``), and at once when a new
+        sample comes: one future and one timer per look, no task (a sleeper per loop of a
+        replica looks once a second)."""
+        loop = asyncio.get_running_loop()
         while True:
             now = self.now()
             if now >= instant:
                 return
-            changed = self._changed
-            if self._reference() is None:
-                waiting = self.inner.sleep_until(instant)
-            else:
-                waiting = asyncio.sleep(min((instant - now).total_seconds(), NAP_SECONDS))
-            await _first(waiting, changed.wait(), timeout=NAP_SECONDS)
+            base = now if self._reference() is not None else self.inner.now()
+            delay = min(max(0.0, (instant - base).total_seconds()), self._nap)
+            sleeper: asyncio.Future[None] = loop.create_future()
+            self._sleepers.append(sleeper)
+            timer = loop.call_later(delay, _wake, sleeper)
+            try:
+                await sleeper
+            finally:
+                timer.cancel()
+                with contextlib.suppress(ValueError):
+                    self._sleepers.remove(sleeper)
 
 
-async def _first(*waits: object, timeout: float) -> None:
-    """Wait for the first of ``waits`` (coroutines) to end, at most ``timeout`` seconds."""
-    tasks = [asyncio.ensure_future(w) for w in waits]  # type: ignore[call-overload]
-    try:
-        await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+def _wake(sleeper: asyncio.Future[None]) -> None:
+    if not sleeper.done():
+        sleeper.set_result(None)

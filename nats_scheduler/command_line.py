@@ -75,7 +75,8 @@ def env_from_args(args: argparse.Namespace) -> dict[str, str]:
 
 
 def default_actor() -> str:
-    """``user@host``: who an action is recorded as when ``--by`` is not given."""
+    """``user@host``: the name a client gives for itself, recorded as who acted when the
+    admin service cannot prove who sent the request (it records the user otherwise)."""
     try:
         user = getpass.getuser()
     except (OSError, KeyError):

@@ -59,6 +59,10 @@ HDR_MARKER_REASON = "Nats-Marker-Reason"
 # ADR-32 (nats.micro): an error answer of a service.
 HDR_SERVICE_ERROR = "Nats-Service-Error"
 HDR_SERVICE_ERROR_CODE = "Nats-Service-Error-Code"
+# The server's proof of who sent a request (its ``ClientInfoHdr``): written by the server when
+# a request crosses a service import with ``share: true``, replacing any value the client sent
+# (nats-server 2.12.6 and 2.11.15 closed the gaps: CVE-2026-33223, CVE-2026-33246).
+HDR_REQUEST_INFO = "Nats-Request-Info"
 # The protocol's status line, as nats-py hands it over (``NATS/1.0 503 No Responders``).
 HDR_STATUS = "Status"
 HDR_DESCRIPTION = "Description"

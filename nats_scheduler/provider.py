@@ -21,7 +21,7 @@ import socket
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import ClassVar
+from typing import ClassVar, Unpack, cast
 
 from opentelemetry.metrics import MeterProvider
 
@@ -34,15 +34,16 @@ from .core.events import (
     ScheduleRecord,
     encode,
 )
-from .jetstream.runlog import RunLog
-from .jetstream.schedulelog import Decide as ScheduleDecision
+from .jetstream.ports import JetStreamPorts
 from .jetstream.store import Store
+from .ports.runs import RunJournal
+from .ports.schedules import Decide as ScheduleDecision
 from .projections.ledger import Ledger
 from .projections.schedule_table import ScheduleTable
 from .runtime.dispatcher import Dispatcher
 from .runtime.firing import PAUSE_VISIBILITY_SECONDS, Firing
 from .runtime.ticker import FireObserver, Ticker
-from .runtime.wiring import Runtime
+from .runtime.wiring import PortsFactory, Runtime
 from .seam import (
     SEAMS_API_VERSION,
     EnqueueRequest,
@@ -73,8 +74,8 @@ class NatsSchedulerProvider:
     ``clock`` is injectable so tests drive due times and retries without waiting.
     ``meter_provider`` receives the metrics (:mod:`runtime.metrics`); None means the global
     OpenTelemetry one, a no-op unless the host installed an SDK. ``fire_observer`` is told
-    of the due times this replica's ticker fires, just before it fires them (the test
-    harness and the benches count what each replica fired with it).
+    of the due times this replica's ticker fires (the harness and benches count with it).
+    ``ports`` builds the store's ports instead of a JetStream connection (the simulation's).
     """
 
     name: ClassVar[str] = "nats"
@@ -82,8 +83,10 @@ class NatsSchedulerProvider:
 
     def __init__(self, settings: NatsSettings | None = None, *, clock: Clock | None = None,
                  meter_provider: MeterProvider | None = None,
-                 fire_observer: FireObserver | None = None) -> None:
+                 fire_observer: FireObserver | None = None,
+                 ports: PortsFactory | None = None) -> None:
         self._given_settings = settings
+        self._ports = ports
         self._meter_provider = meter_provider
         self._fire_observer = fire_observer
         self._settings: NatsSettings | None = None
@@ -135,9 +138,8 @@ class NatsSchedulerProvider:
         return self._running
 
     def _now(self) -> datetime:
-        """The time Schedule changes and Runs are stamped with: the store's clock while
-        running (a host clock minutes off must not move a Schedule's ``updated_at``, from
-        which due times count), the injected clock before."""
+        """The store's clock while running (a host clock minutes off must not move a Schedule's
+        ``updated_at``, from which due times count), the injected clock before."""
         running = self._running
         return (running.clock if running is not None else self._clock).now()
 
@@ -154,15 +156,13 @@ class NatsSchedulerProvider:
         return self._running.firing if self._running else None
 
     @property
-    def runlog(self) -> RunLog:
+    def runlog(self) -> RunJournal:
         """The Run events' log (writes and leader reads), while started."""
         return self._require_started().runs
 
     @property
-    def store(self) -> Store:
-        if self._running is None:
-            raise SchedulerUnavailable("the scheduler has not been started")
-        return self._running.store
+    def store(self) -> Store:  # the JetStream store behind the ports (the admin service's)
+        return cast(JetStreamPorts, self._require_started().ports).store
 
     async def enforce_retention(self) -> int:
         """Apply the history retention now (it also runs every ``retention_interval``)."""
@@ -200,7 +200,7 @@ class NatsSchedulerProvider:
         self._running = await Runtime.connect(
             url_settings, ledger=self._ledger, table=self._table, clock=self._clock,
             identity=self._identity, handler=handler, meter_provider=self._meter_provider,
-            fire_observer=self._fire_observer)
+            fire_observer=self._fire_observer, ports=self._ports)
         self._started = True
         if settings.admin_service:
             await self._serve_admin(self._running)
@@ -275,7 +275,7 @@ class NatsSchedulerProvider:
         running = await self._require_ready()
         wanted = list(schedules)
         given = validation.check_reconcile(wanted)
-        limit = validation.max_schedule_event_bytes(running.store.max_payload)
+        limit = validation.max_schedule_event_bytes(running.ports.max_payload)
         for schedule in wanted:
             self._check_size(schedule, limit)
         proven = await running.freshness.confirm(since=asyncio.get_running_loop().time())
@@ -313,7 +313,7 @@ class NatsSchedulerProvider:
         running = await self._require_ready()
         validation.check_schedule(schedule)
         self._check_size(schedule,
-                         validation.max_schedule_event_bytes(running.store.max_payload))
+                         validation.max_schedule_event_bytes(running.ports.max_payload))
         await running.schedules.write(schedule.deployment_id, self._apply_decision(schedule))
 
     def _apply_decision(self, schedule: Schedule) -> ScheduleDecision:
@@ -342,25 +342,27 @@ class NatsSchedulerProvider:
             return  # an ID we could never have stored: deleting it is a no-op
         await running.schedules.write(deployment_id, self._delete_decision())
 
-    async def hold(self, deployment_id: str, *, by: str, reason: str) -> ScheduleRecord:
-        """Operator hold: stops firing until released; survives apply (docs/contract.md)."""
-        return await self._operator_change(deployment_id, by, reason, schedulecore.decide_hold)
+    async def hold(self, deployment_id: str,
+                   **notes: Unpack[schedulecore.OperatorNotes]) -> ScheduleRecord:
+        """Operator hold: stops firing until released; survives apply (docs/contract.md);
+        ``notes``: who and why, with the proven ``caller`` the admin service knows."""
+        return await self._operator_change(deployment_id, schedulecore.decide_hold, notes)
 
-    async def release(self, deployment_id: str, *, by: str, reason: str) -> ScheduleRecord:
-        """Lift an operator hold."""
-        return await self._operator_change(deployment_id, by, reason, schedulecore.decide_release)
+    async def release(self, deployment_id: str,
+                      **notes: Unpack[schedulecore.OperatorNotes]) -> ScheduleRecord:
+        """Lift an operator hold (``notes`` as for :meth:`hold`)."""
+        return await self._operator_change(deployment_id, schedulecore.decide_release, notes)
 
-    async def _operator_change(
-        self, deployment_id: str, by: str, reason: str, decide_fn: schedulecore.OperatorDecision
-    ) -> ScheduleRecord:
+    async def _operator_change(self, deployment_id: str, decide_fn: schedulecore.OperatorDecision,
+                               notes: schedulecore.OperatorNotes) -> ScheduleRecord:
         running = await self._require_ready()
-        validation.check_operator_action(by, reason)
+        validation.check_operator_action(notes["by"], notes["reason"],
+                                         notes.get("on_behalf_of"))
 
         def decide(current: ScheduleRecord | None) -> ScheduleEventType | None:
             if current is None or current.deleted:
                 raise ScheduleNotFound(f"deployment {deployment_id!r} has no schedule")
-            return decide_fn(current, by=by, reason=reason, now=self._now(),
-                             actor=self._identity)
+            return decide_fn(current, now=self._now(), actor=self._identity, **notes)
 
         record = await running.schedules.write(deployment_id, decide)
         assert record is not None
@@ -378,11 +380,10 @@ class NatsSchedulerProvider:
         """Store the Runs of many due times at once: the ticker's path for a busy minute."""
         return await (await self._require_ready()).firing.fire_many(due_times)
 
-    async def enqueue(self, request: EnqueueRequest, *, reason: str | None = None) -> Run:
-        """Run now or Replay: stored (PENDING) on return; the calendar does not move.
-
-        ``reason`` (not part of the seam) records why an operator asked, for the audit trail.
-        """
+    async def enqueue(self, request: EnqueueRequest, *, reason: str | None = None,
+                      on_behalf_of: str | None = None) -> Run:
+        """Run now or Replay: stored (PENDING) on return; the calendar does not move. ``reason``,
+        ``on_behalf_of`` (not the seam's): why an operator asked, for whom (the audit trail)."""
         running = self._require_started()
         validation.check_enqueue(request, reason)
         deployment_id = request.deployment_id
@@ -399,7 +400,8 @@ class NatsSchedulerProvider:
                     f"run {request.replay_of!r} is not a run of deployment {deployment_id!r}"
                 )
             payload = original.payload
-        stored = await running.firing.store_requested(request, payload, reason=reason)
+        stored = await running.firing.store_requested(request, payload, reason=reason,
+                                                      on_behalf_of=on_behalf_of)
         return stored.to_run()
 
     async def _find_run(self, run_id: str) -> RunRecord | None:

@@ -69,6 +69,13 @@ class NatsSettings:
     identity: str | None = None
     admin_service: bool = True
     """Serve the operators' admin service (console and CLI actions) from this process."""
+    service_user: str | None = None
+    service_password: str | None = None
+    service_creds: str | None = None
+    """The admin service's own login, in an account of its own that operators reach through a
+    service import (``nats-server.conf``: user ``service``): then the server proves who sent
+    each action and the events record that user. Without one the service shares the
+    provider's connection and records the name the client gives."""
     server_sync_always: bool = False
     """The server syncs every write to disk before acknowledging it (``sync_interval:
     always``, as the shipped nats-server.conf): then writes made together leave as atomic
@@ -104,6 +111,9 @@ class NatsSettings:
         "retention_interval": "ASTRABOX_NATS_RETENTION_INTERVAL_SECONDS",
         "identity": "ASTRABOX_NATS_IDENTITY",
         "admin_service": "ASTRABOX_NATS_ADMIN_SERVICE",
+        "service_user": "ASTRABOX_NATS_SERVICE_USER",
+        "service_password": "ASTRABOX_NATS_SERVICE_PASSWORD",
+        "service_creds": "ASTRABOX_NATS_SERVICE_CREDS",
         "server_sync_always": "ASTRABOX_NATS_SERVER_SYNC_ALWAYS",
     }
 
@@ -151,11 +161,15 @@ class NatsSettings:
             raise SchedulerConfigurationError(
                 f"{env['user']} and {env['password']} must be set together"
             )
+        if (self.service_user is None) != (self.service_password is None):
+            raise SchedulerConfigurationError(
+                f"{env['service_user']} and {env['service_password']} must be set together"
+            )
         if (self.tls_cert is None) != (self.tls_key is None):
             raise SchedulerConfigurationError(
                 f"{env['tls_cert']} and {env['tls_key']} must be set together"
             )
-        for name in ("creds", "tls_ca", "tls_cert", "tls_key"):
+        for name in ("creds", "service_creds", "tls_ca", "tls_cert", "tls_key"):
             path = getattr(self, name)
             if path is not None and not Path(path).is_file():
                 raise SchedulerConfigurationError(f"{env[name]} names a file that does not exist")
@@ -179,6 +193,14 @@ class NatsSettings:
     def servers(self) -> list[str]:
         """The server URLs, split on commas."""
         return [u.strip() for u in self.url.split(",") if u.strip()]
+
+    def service_login(self) -> NatsSettings | None:
+        """The settings of the admin service's own connection, or None when it has no login
+        of its own (it then serves on the provider's connection)."""
+        if self.service_user is None and self.service_creds is None:
+            return None
+        return replace(self, user=self.service_user, password=self.service_password,
+                       creds=self.service_creds)
 
     def with_(self, **changes: object) -> NatsSettings:
         """A copy with some fields changed."""

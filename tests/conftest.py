@@ -6,10 +6,13 @@ Sections (append new ones at the end, e.g. provider fixtures):
 2. failure reporting (server log tails attached to failed tests)
 3. NATS servers: session server, private server, 3-node cluster, testcontainers (opt-in)
 4. replica processes: the shared handler file and a replica set on it
+5. the nats CLI (built with Go, cached) and jq, which the audit guide's commands use
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import AsyncIterator, Generator, Iterator, Mapping
 from pathlib import Path
 
@@ -17,6 +20,9 @@ import pytest
 
 from nats_scheduler.natsserver.process import NatsServer
 from tests.harness.cluster import NatsCluster
+from tests.harness.natscli import INSTALL_HINT as NATS_CLI_HINT
+from tests.harness.natscli import VERSION as NATS_CLI_VERSION
+from tests.harness.natscli import NatsCliUnavailable, ensure_nats_cli
 from tests.harness.replicas import ReplicaSet, replica_set
 from tests.harness.scenario import FAST_REPLICA, LEASE
 from tests.harness.servers import (
@@ -149,3 +155,35 @@ async def replicas(replica_url: str, tmp_path: Path, handler: SqliteRunHandler,
     async with replica_set(replica_url, tmp_path, handler.path, lease_seconds=LEASE,
                            settings=replica_settings) as rs:
         yield rs
+
+
+# =========================================================================== 5. the nats CLI
+
+
+def _required_tool(what: str, install: str) -> None:
+    """Skip without ``what`` on a developer's machine; under CI (``CI=true``) fail instead:
+    the tests that need it must run there."""
+    message = f"{what} is not available: {install}"
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"CI needs it: {message}", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def nats_cli() -> Path:
+    """The official ``nats`` CLI (tests/harness/natscli.py builds it once into a cache)."""
+    try:
+        return ensure_nats_cli()
+    except NatsCliUnavailable as exc:
+        _required_tool(f"the nats CLI {NATS_CLI_VERSION}", f"{exc} ({NATS_CLI_HINT})")
+        raise  # unreachable: skip or fail raised
+
+
+@pytest.fixture(scope="session")
+def jq() -> str:
+    """``jq``, which docs/audit.md pipes the CLI's JSON through."""
+    found = shutil.which("jq")
+    if found is None:
+        _required_tool("jq", "install it (apt-get install jq)")
+    assert found is not None
+    return found

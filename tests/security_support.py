@@ -35,19 +35,20 @@ from nats_scheduler.seam import RunHandler
 from tests.harness.servers import FAST_CONNECT
 from tests.providers import running
 
-PASSWORDS = {"scheduler": "scheduler-test-pw", "operator": "operator-test-pw",
-             "auditor": "auditor-test-pw"}
+PASSWORDS = {"scheduler": "scheduler-test-pw", "service": "service-test-pw",
+             "operator": "operator-test-pw", "auditor": "auditor-test-pw"}
 
 _VIOLATION = re.compile(
     r'"[^"/]+/user:(\w+)" - (Publish|Subscription) Violation - Subject "([^"]+)"')
 
 
 @contextlib.contextmanager
-def prod_server(store_dir: Path, *, prefix: str = "SCHED",
-                extra_config: str | None = None) -> Iterator[NatsServer]:
-    """The committed nats-server.conf, started on test ports, stopped afterwards."""
+def prod_server(store_dir: Path, *, prefix: str = "SCHED", extra_config: str | None = None,
+                config_text: str | None = None) -> Iterator[NatsServer]:
+    """The committed nats-server.conf (or ``config_text``, a variant of it), started on test
+    ports, stopped afterwards."""
     with production_server(store_dir, passwords=PASSWORDS, prefix=prefix,
-                           extra_config=extra_config) as server:
+                           extra_config=extra_config, config_text=config_text) as server:
         yield server
 
 
@@ -84,9 +85,10 @@ async def scheduler_with_service(
     server: NatsServer, prefix: str = "SCHED", handler: RunHandler | None = None,
     **overrides: object,
 ) -> AsyncIterator[tuple[NatsSchedulerProvider, AdminService]]:
-    """A provider running as ``scheduler``, with its admin service."""
+    """A provider running as ``scheduler``, with its admin service as ``service``."""
+    login = {"service_user": "service", "service_password": PASSWORDS["service"]}
     async with running(server.url, prefix, handler, user="scheduler",
-                       password=PASSWORDS["scheduler"], **overrides) as provider:
+                       password=PASSWORDS["scheduler"], **{**login, **overrides}) as provider:
         service = await start_admin_service(provider)
         try:
             yield provider, service

@@ -103,7 +103,8 @@ async def test_micro_discovers_the_service_with_every_endpoint(admin: Admin) -> 
                                  timeout=2)
     info = json.loads(msg.data)
     assert info["name"] == SERVICE_NAME
-    assert info["metadata"] == {"prefix": admin.prefix, "identity": admin.provider.identity}
+    assert info["metadata"] == {"prefix": admin.prefix, "identity": admin.provider.identity,
+                                "callers": "stated"}  # no login of its own: names as given
     subjects = {e["subject"] for e in info["endpoints"]}
     for endpoint in ("schedules.list", "schedules.get", "schedules.hold", "schedules.release",
                      "schedules.hold_bulk", "schedules.release_bulk", "runs.list", "runs.get",

@@ -69,10 +69,15 @@ def test_start_refuses_servers_older_than_2_12_3(version: str) -> None:
     assert version_check(version).status == Status.FAIL
 
 
-@pytest.mark.parametrize("version", ["2.12.3", "2.12.10", "2.15.1", "3.0.0"])
+@pytest.mark.parametrize("version", ["2.12.3", "2.12.5", "2.12.6", "2.12.10", "2.15.1", "3.0.0"])
 def test_start_accepts_2_12_3_and_newer(version: str) -> None:
+    """From 2.12.3 on; the doctor warns below 2.12.6, where the identity an operator action
+    records (the server's Nats-Request-Info header) could be forged."""
     require_version(version)
-    assert version_check(version).status == Status.OK
+    forgeable = parse_version(version) < (2, 12, 6)
+    check = version_check(version)
+    assert check.status == (Status.WARN if forgeable else Status.OK)
+    assert ("CVE-2026-33223" in check.detail) == forgeable
     assert MIN_SERVER_VERSION == (2, 12, 3)
 
 
@@ -157,8 +162,8 @@ def test_replication_check() -> None:
 
 def test_permissions_check_names_the_role() -> None:
     every = [p.ability for p in probes(Names("P"))]
-    reads = {"read events", "watch events", "read leases", "read replicas",
-             "read through the admin service"}
+    reads = {"read events", "read the history index", "watch events", "read leases",
+             "read replicas", "read through the admin service"}
     acts = reads | {"request actions (hold, release, Run now, Replay)"}
     writes = reads | {"append Schedule events", "append Run events", "change leases",
                       "announce replicas", "create streams", "serve the admin service"}
@@ -173,6 +178,9 @@ def test_permissions_check_names_the_role() -> None:
     assert check(reads | {"append Run events"}).status == Status.WARN  # partial writer
     # a scheduler user of a config from before the replicas bucket: cannot announce itself
     assert check(writes - {"announce replicas"}).status == Status.WARN
+    # ... or from before 0.2: cannot read a deployment's last history entry from the leader
+    old = check(writes - {"read the history index"})
+    assert old.status == Status.WARN and "history entry" in old.detail
     assert check(set()).status == Status.FAIL
 
 
@@ -296,14 +304,16 @@ async def test_doctor_fails_a_replica_whose_host_clock_is_seconds_off(
 async def test_doctor_on_the_production_config_per_user(tmp_path: Path) -> None:
     with prod_server(tmp_path / "nats") as server:
         async with running(server.url, "SCHED", user="scheduler",
-                           password=PASSWORDS["scheduler"],
+                           password=PASSWORDS["scheduler"], service_user="service",
+                           service_password=PASSWORDS["service"],
                            server_sync_always=True) as provider:
             service = await start_admin_service(provider)
             try:
+                # every user that connects to the store (``service`` only serves requests)
                 reports = {user: await run_doctor(
                     NatsSettings(url=server.url, user=user, password=PASSWORDS[user],
                                  server_sync_always=True),
-                    monitor_url=server.http_url) for user in PASSWORDS}
+                    monitor_url=server.http_url) for user in PASSWORDS if user != "service"}
             finally:
                 await service.stop()
     for user, report in reports.items():

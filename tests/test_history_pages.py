@@ -35,7 +35,8 @@ def schedule(dep: str) -> Schedule:
 async def store_runs(url: str, prefix: str, plan: list[tuple[str, datetime]],
                      run_ids: list[str] | None = None) -> list[RunRecord]:
     """Store finished Runs as the provider writes them (index entry acknowledged first, then
-    ``run.created`` with its index sequence, ``run.claimed``, ``run.dispatched``)."""
+    ``run.created`` with its index sequence, ``run.claimed``, ``run.dispatched``); ``plan``
+    in the Runs' order, so the entries are in order (``ordered``) as the provider's are."""
     ids = run_ids or [random_run_id() for _ in plan]
     names = Names(prefix)
     nc = await connect_fast(url)
@@ -44,7 +45,7 @@ async def store_runs(url: str, prefix: str, plan: list[tuple[str, datetime]],
         js = nc.jetstream(timeout=10)
         acks = []
         for (dep, at), run_id in zip(plan, ids, strict=True):
-            entry = msgspec.json.encode(IndexEntry(run_id=run_id, created_at=at))
+            entry = msgspec.json.encode(IndexEntry(run_id=run_id, created_at=at, ordered=True))
             acks.append((dep, run_id, at, await js.publish_async(
                 names.index_subject(dep), entry, headers={HDR_MSG_ID: index_msg_id(run_id)})))
         await js.publish_async_completed()

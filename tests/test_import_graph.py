@@ -45,17 +45,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("nats_scheduler", "admin_tui")
-SUBPACKAGES = ("core", "jetstream", "projections", "runtime", "admin", "cli", "devhost",
-               "natsserver", "testing")
+SUBPACKAGES = ("core", "ports", "jetstream", "memory", "projections", "runtime", "admin",
+               "cli", "devhost", "natsserver", "testing", "simulation")
 # What core may import from outside itself: pure data (see the module docstring).
 CORE_MAY_IMPORT = {"nats_scheduler.seam"}
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple(
     (name, frozenset(units)) for name, units in (
-        ("pure: the seam, settings, names, time, the functional core",
+        ("pure: the seam, settings, names, time, the functional core, the store's ports",
          {"nats_scheduler.seam", "nats_scheduler.settings", "nats_scheduler.names",
-          "nats_scheduler.clock", "nats_scheduler.tasks", "nats_scheduler.core"}),
-        ("adapters: the server, the nats-server process, the terminal, the test kit",
-         {"nats_scheduler.jetstream", "nats_scheduler.natsserver",
+          "nats_scheduler.clock", "nats_scheduler.tasks", "nats_scheduler.core",
+          "nats_scheduler.ports"}),
+        ("adapters: the server, the in-memory store, the nats-server process, the terminal, "
+         "the test kit",
+         {"nats_scheduler.jetstream", "nats_scheduler.memory", "nats_scheduler.natsserver",
           "nats_scheduler.command_line", "nats_scheduler.testing"}),
         ("projections: in-memory state from the events, and the reads over it",
          {"nats_scheduler.projections"}),
@@ -63,8 +65,8 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple(
          {"nats_scheduler.runtime", "nats_scheduler.admin"}),
         ("hosts: the provider, the dev host, the console",
          {"nats_scheduler.provider", "nats_scheduler.devhost", "admin_tui"}),
-        ("entry points: the command line, the package's lazy exports",
-         {"nats_scheduler.cli", "nats_scheduler"}),
+        ("entry points: the command line, the simulation, the package's lazy exports",
+         {"nats_scheduler.cli", "nats_scheduler.simulation", "nats_scheduler"}),
     ))
 """The package-graph units from the bottom up. An import points to a layer below, never up,
 and never sideways but in the first (pure) layer."""

@@ -152,7 +152,7 @@ def test_a_good_history_has_no_violations(good: Builder) -> None:
 def test_every_check_is_named_and_described() -> None:
     assert set(invariants.CHECKS) == {
         "poison", "transition", "projection", "doubled", "missed", "invented", "paused",
-        "sessions", "unfinished", "admit_order", "stolen", "early"}
+        "sessions", "unfinished", "admit_order", "stolen", "early", "paging"}
 
 
 # ----------------------------------------------------------------------------- poison

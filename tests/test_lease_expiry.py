@@ -61,8 +61,12 @@ async def test_only_an_unrenewed_revision_expires_whatever_the_clocks_say(store:
     current = await reader.current("r1")
     assert current is not None and not reader.expired(current[1])
 
-    elapsed.value += LEASE  # no renewal for a whole lease: expired, taken over by CAS
+    elapsed.value += LEASE  # unread for a whole lease (the store down): counts from now
     current = await reader.current("r1")
+    assert current is not None and not reader.expired(current[1])
+    for _ in range(3):  # read as a sweep reads; no renewal for a whole lease: expired
+        elapsed.value += LEASE * 0.4
+        current = await reader.current("r1")
     assert current is not None and reader.expired(current[1])
     taken = await reader.acquire("r1")
     assert taken is not None and taken[1] == "holder"

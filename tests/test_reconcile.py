@@ -16,9 +16,10 @@ import pytest
 
 from nats_scheduler.core import schedulecore
 from nats_scheduler.core.events import ScheduleRecord
-from nats_scheduler.jetstream.schedulelog import Decide, ScheduleLog
+from nats_scheduler.jetstream.schedulelog import ScheduleLog
 from nats_scheduler.jetstream.store import StoredMessage
 from nats_scheduler.natsserver.process import NatsServer
+from nats_scheduler.ports.schedules import Decide
 from nats_scheduler.projections.schedule_table import ScheduleTable
 from nats_scheduler.provider import NatsSchedulerProvider
 from nats_scheduler.seam import (

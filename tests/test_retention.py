@@ -12,8 +12,9 @@ import pytest
 from nats.js.api import StreamConfig, StreamSource
 
 from nats_scheduler import NatsSchedulerProvider
-from nats_scheduler.jetstream.history import IndexEntry, retention_slice
+from nats_scheduler.jetstream.history import IndexEntry
 from nats_scheduler.names import Names
+from nats_scheduler.runtime.retention import retention_slice
 from nats_scheduler.seam import (
     EnqueueRequest,
     Run,

@@ -138,9 +138,29 @@ async def test_scheduler_runs_the_provider_and_the_admin_service(tmp_path: Path)
         finally:
             await nc.close()
     assert {a for a, ok in can.items() if ok} == {
-        "read events", "watch events", "read leases", "read replicas", "append Schedule events",
-        "append Run events", "change leases", "announce replicas", "create streams",
-        "serve the admin service"}
+        "read events", "read the history index", "watch events", "read leases",
+        "read replicas", "append Schedule events", "append Run events", "change leases",
+        "announce replicas", "create streams"}
+
+
+async def test_the_service_user_serves_the_admin_service_and_nothing_else(
+        tmp_path: Path) -> None:
+    """Rule V1: ``service`` (account SCHED_ADMIN) serves the endpoints and their discovery;
+    it can publish nothing but answers, so nobody inside that account can send a request
+    whose identity header the server did not write."""
+    with prod_server(tmp_path / "nats") as server:
+        async with scheduler_with_service(server) as (provider, service):
+            await populate(provider)
+            assert service.proves_callers
+            nc, log = await connect_as(server, "service")
+            try:
+                can = await abilities(nc, log)
+                hold = Probe("send a request inside the account",
+                             NAMES.admin_subject("schedules.hold"), payload=b"{}")
+                assert not await log.allowed(nc, hold)
+            finally:
+                await nc.close()
+    assert {a for a, ok in can.items() if ok} == {"serve the admin service"}
 
 
 async def test_scheduler_cannot_destroy_or_leave_its_namespace(tmp_path: Path) -> None:
@@ -200,14 +220,15 @@ async def test_operator_console_and_cli_work(tmp_path: Path) -> None:
                 assert (await client.get_schedule("dep-a")).schedule.name == "name of dep-a"
                 assert [r.run_id for r in (await client.list_runs("dep-a")).runs] == [run_id]
                 held = await client.hold("dep-a", by="alice", reason="incident 42")
-                assert held.hold is not None and held.hold.by == "alice"
+                # the name a client gives itself is not proof: the server's word is recorded
+                assert held.hold is not None and held.hold.by == "operator"
                 assert (await client.release("dep-a", by="alice", reason="fixed")).hold is None
                 bulk = await client.hold_bulk("dep-", by="alice", reason="freeze")
                 assert sorted(bulk.changed) == ["dep-a", "dep-b"]
                 await client.release_bulk("dep-", by="alice", reason="thaw")
                 now = await client.run_now("dep-a", by="alice", reason="check")
                 replay = await client.replay(run_id, by="alice", reason="again")
-                assert replay.replay_of == run_id and now.requested_by == "alice"
+                assert replay.replay_of == run_id and now.requested_by == "operator"
                 assert (await client.cluster_status()).replicas
                 await client.health()
                 events = await client.recent_events(deployment_id="dep-a", history=20)

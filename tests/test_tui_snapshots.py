@@ -165,7 +165,14 @@ async def test_events() -> None:
         await pilot.press("2")
 
     async def expand(pilot: Pilot[None], app: AstraboxConsole) -> None:
-        await pilot.press("up", "up", "up", "up", "enter")
+        # the fifth newest event, chosen by its place among all of them (four presses of
+        # "up" counted from wherever the cursor was when they landed: a loaded machine
+        # could land them before the tail had settled, and the dialog showed another event)
+        from admin_tui.widgets.event_table import EventTable
+        table = app.screen.query_one(EventTable)
+        table.focus()
+        table.move_cursor(len(table.row_keys()) - 5)
+        await pilot.press("enter")
 
     await _snapshots([("events", tail), ("event_json", expand)])
 

@@ -9,6 +9,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from nats_scheduler.admin.api import ScheduleView
+from nats_scheduler.admin.callers import held_by
 
 from ..formatting import relative, styled, utc
 
@@ -25,7 +26,7 @@ def definition_table(s: ScheduleView, now: datetime) -> Table:
         ("Time zone", s.timezone),
         ("State", styled(s.state)),
         ("Enabled", "yes" if s.enabled else "no (AstraBox disabled it)"),
-        ("Held", Text(f"by {hold.by} at {utc(hold.at)} ({relative(hold.at, now)})\n"
+        ("Held", Text(f"by {held_by(hold)} at {utc(hold.at)} ({relative(hold.at, now)})\n"
                       f"why: {hold.reason}", style="yellow") if hold else Text("no", "dim")),
         ("Target", s.payload.target),
         ("Prompt", Text(s.payload.prompt, overflow="ellipsis", no_wrap=True)),

@@ -11,6 +11,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from nats_scheduler.admin.api import ScheduleView
+from nats_scheduler.admin.callers import held_by
 
 from ..formatting import in_zone, relative, styled, utc
 from .schedule_table import HealthFlags
@@ -26,7 +27,7 @@ def summary_text(s: ScheduleView | None, flags: HealthFlags, now: datetime) -> T
     )
     if s.hold is not None:
         text.append_text(Text.assemble(
-            ("Held", "bold yellow"), f" by {s.hold.by} at {utc(s.hold.at)} "
+            ("Held", "bold yellow"), f" by {held_by(s.hold)} at {utc(s.hold.at)} "
             f"({relative(s.hold.at, now)}): ", (s.hold.reason, "italic"), "\n",
         ))
     due = s.next_due[0] if s.next_due and s.state == "enabled" else None

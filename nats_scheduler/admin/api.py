@@ -286,12 +286,18 @@ class OperatorAction(msgspec.Struct, frozen=True, kw_only=True):
     deployment_id: str
     by: str
     reason: str
+    on_behalf_of: str | None = None
+    """Whom the operator says they act for (``--by``): recorded as stated, never as who acted
+    (the service records the user the server authenticated, when it can)."""
 
 
 class BulkAction(msgspec.Struct, frozen=True, kw_only=True):
     filter: str
     by: str
     reason: str
+    on_behalf_of: str | None = None
+    """Whom the operator says they act for (``--by``): recorded as stated, never as who acted
+    (the service records the user the server authenticated, when it can)."""
     after: str | None = None
     """Act only on the matching Schedules after this deployment ID (BulkResult.next_after)."""
     limit: int | None = None
@@ -314,6 +320,8 @@ class RunNowRequest(msgspec.Struct, frozen=True, kw_only=True):
     by: str
     reason: str | None = None
     request_id: str | None = None
+    on_behalf_of: str | None = None
+    """As for :class:`OperatorAction` (refused while a Run cannot store it apart)."""
 
 
 class ReplayRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -321,6 +329,8 @@ class ReplayRequest(msgspec.Struct, frozen=True, kw_only=True):
     by: str
     reason: str | None = None
     request_id: str | None = None
+    on_behalf_of: str | None = None
+    """As for :class:`OperatorAction` (refused while a Run cannot store it apart)."""
 
 
 # ----------------------------------------------------------------------------- backend

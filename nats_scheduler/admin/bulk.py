@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import msgspec
 
+from ..core.events import Caller
 from .api import AdminError, BulkAction, BulkResult, ErrorCode
 from .bounded import PAGE_BYTES_MIN
+from .callers import stated
 from .host import AdminHost
 from .service_errors import required
 from .views import matches
@@ -29,7 +31,8 @@ def check_bulk_limit(limit: int) -> None:
                          f"a bulk page's limit must be between 1 and {MAX_BULK_PAGE}")
 
 
-async def change_matching(host: AdminHost, req: BulkAction, held: bool) -> BulkResult:
+async def change_matching(host: AdminHost, req: BulkAction, held: bool,
+                          caller: Caller | None = None) -> BulkResult:
     """Hold or release the matching Schedules in deployment-ID order, after ``after``.
 
     With ``limit``: at most that many, and no more than half the server's largest
@@ -62,7 +65,8 @@ async def change_matching(host: AdminHost, req: BulkAction, held: bool) -> BulkR
             break
         done = False
         if (record.hold is not None) != held:
-            after = await change(dep, by=by, reason=reason)
+            after = await change(dep, by=by, reason=reason, caller=caller,
+                                 on_behalf_of=stated(req.on_behalf_of))
             done = (after.hold is not None) == held
         counts[0 if done else 1] += 1
         if size + cost > budget:

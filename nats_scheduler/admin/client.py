@@ -152,13 +152,19 @@ class AdminClient:
         return await self._read("schedules.get", api.ScheduleRef(deployment_id=deployment_id),
                                 api.ScheduleDetail, lambda: self.reader.get_schedule(deployment_id))
 
-    async def hold(self, deployment_id: str, *, by: str, reason: str) -> api.ScheduleView:
+    async def hold(self, deployment_id: str, *, by: str, reason: str,
+                   on_behalf_of: str | None = None) -> api.ScheduleView:
+        """Hold; ``by`` is this client's name for itself (the service records the user the
+        server authenticated instead, when it can), ``on_behalf_of`` whom it acts for."""
         return await self._act("schedules.hold", api.OperatorAction(
-            deployment_id=deployment_id, by=by, reason=reason), api.ScheduleView)
+            deployment_id=deployment_id, by=by, reason=reason, on_behalf_of=on_behalf_of),
+            api.ScheduleView)
 
-    async def release(self, deployment_id: str, *, by: str, reason: str) -> api.ScheduleView:
+    async def release(self, deployment_id: str, *, by: str, reason: str,
+                      on_behalf_of: str | None = None) -> api.ScheduleView:
         return await self._act("schedules.release", api.OperatorAction(
-            deployment_id=deployment_id, by=by, reason=reason), api.ScheduleView)
+            deployment_id=deployment_id, by=by, reason=reason, on_behalf_of=on_behalf_of),
+            api.ScheduleView)
 
     async def hold_bulk(self, filter: str, *, by: str, reason: str,
                         after: str | None = None, limit: int | None = None
@@ -173,14 +179,15 @@ class AdminClient:
         return await self._bulk("schedules.release_bulk", filter, by, reason, after, limit)
 
     async def bulk_pages(self, filter: str, *, hold: bool, by: str, reason: str,
-                         limit: int = BULK_PAGE) -> AsyncIterator[api.BulkResult]:
+                         limit: int = BULK_PAGE, on_behalf_of: str | None = None
+                         ) -> AsyncIterator[api.BulkResult]:
         """A bulk hold/release page by page (stop iterating to stop between two pages)."""
         endpoint = "schedules.hold_bulk" if hold else "schedules.release_bulk"
         after: str | None = None
         while True:
             page = await self._act(endpoint, api.BulkAction(
-                filter=filter, by=by, reason=reason, after=after, limit=limit),
-                api.BulkResult)
+                filter=filter, by=by, reason=reason, after=after, limit=limit,
+                on_behalf_of=on_behalf_of), api.BulkResult)
             yield page
             if page.next_after is None:
                 return
@@ -210,15 +217,17 @@ class AdminClient:
                                 lambda: self.reader.get_run(run_id))
 
     async def run_now(self, deployment_id: str, *, by: str, reason: str | None = None,
-                      request_id: str | None = None) -> api.RunView:
+                      request_id: str | None = None, on_behalf_of: str | None = None
+                      ) -> api.RunView:
         return await self._act("runs.run_now", api.RunNowRequest(
-            deployment_id=deployment_id, by=by, reason=reason,
+            deployment_id=deployment_id, by=by, reason=reason, on_behalf_of=on_behalf_of,
             request_id=request_id or uuid.uuid4().hex), api.RunView)
 
     async def replay(self, run_id: str, *, by: str, reason: str | None = None,
-                     request_id: str | None = None) -> api.RunView:
+                     request_id: str | None = None, on_behalf_of: str | None = None
+                     ) -> api.RunView:
         return await self._act("runs.replay", api.ReplayRequest(
-            run_id=run_id, by=by, reason=reason,
+            run_id=run_id, by=by, reason=reason, on_behalf_of=on_behalf_of,
             request_id=request_id or uuid.uuid4().hex), api.RunView)
 
     # ------------------------------------------------------------------ cluster

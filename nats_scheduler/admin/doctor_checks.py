@@ -15,6 +15,7 @@ from enum import StrEnum
 
 from ..core.herd import HERD_LATENESS_SECONDS, herd_capacity, replicas_needed
 from ..jetstream.connection import MIN_SERVER_VERSION, parse_version
+from ..names import HDR_REQUEST_INFO
 from ..settings import NatsSettings
 from .reader import Retention
 from .skew import OFFSET_FAIL_SECONDS, OFFSET_WARN_SECONDS, offset_level
@@ -58,12 +59,24 @@ class DoctorReport:
                 for c in self.checks]
 
 
+REQUEST_INFO_PROVEN = (2, 12, 6)
+"""The first 2.12 server whose ``Nats-Request-Info`` a client cannot forge (CVE-2026-33223
+and, for leaf nodes, CVE-2026-33246): the admin service records who acted from it."""
+
+
 def version_check(text: str) -> Check:
-    """FAIL below 2.12.3: ``start()`` refuses such a server (Store.check_server)."""
-    if parse_version(text) < MIN_SERVER_VERSION:
+    """FAIL below 2.12.3: ``start()`` refuses such a server (Store.check_server). WARN below
+    2.12.6: the user an operator action records could be forged (admin/callers.py)."""
+    version = parse_version(text)
+    if version < MIN_SERVER_VERSION:
         return Check("server version", Status.FAIL,
                      f"{text or 'unknown'}: the provider needs {_MIN} or newer (conditional "
                      f"publishes had clustered-correctness fixes up to {_MIN}); upgrade")
+    if version < REQUEST_INFO_PROVEN:
+        return Check("server version", Status.WARN,
+                     f"{text}: the server does not fully strip a client's {HDR_REQUEST_INFO} "
+                     "header (CVE-2026-33223, CVE-2026-33246), so the user an operator action "
+                     "records could be forged; upgrade to 2.12.6 or newer")
     return Check("server version", Status.OK, f"{text} (needs {_MIN}+)")
 
 
@@ -169,6 +182,7 @@ _SYNC_SETTING = "ASTRABOX_NATS_SERVER_SYNC_ALWAYS"
 _WRITES = ("append Schedule events", "append Run events", "change leases", "announce replicas",
            "create streams")
 _DESTROY = ("delete streams", "purge streams", "delete events")
+_INDEX_READ = "read the history index"
 
 
 def permissions_check(abilities: Mapping[str, bool]) -> Check:
@@ -183,6 +197,12 @@ def permissions_check(abilities: Mapping[str, bool]) -> Check:
         return Check("permissions", Status.WARN,
                      f"this user can {', '.join(destroys)}: more than any scheduler role "
                      f"needs (see the users in nats-server.conf). {detail}")
+    if all(abilities.get(a) for a in _WRITES) and not abilities.get(_INDEX_READ, True):
+        return Check("permissions", Status.WARN,
+                     "a scheduler user of a configuration older than this release: it cannot "
+                     "read a deployment's last history entry from the stream leader, which "
+                     "adding Runs to the history in order needs (the 'scheduler' user of "
+                     f"nats-server.conf may). {detail}")
     if all(abilities.get(a) for a in _WRITES):
         role = "scheduler (provider processes)"
     elif any(abilities.get(a) for a in _WRITES):

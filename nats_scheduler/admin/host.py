@@ -11,11 +11,12 @@ into the loops beyond the figures ``replica.status`` and ``health`` report.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, Unpack
 
 from ..core.events import RunRecord, ScheduleRecord
-from ..jetstream.follower import Follower
+from ..core.schedulecore import OperatorNotes
 from ..jetstream.store import Store
+from ..ports.feeds import Feed
 from ..projections.ledger import Ledger
 from ..projections.schedule_table import ScheduleTable
 from ..seam import EnqueueRequest, Run
@@ -45,7 +46,7 @@ class RunningReplica(Protocol):
     def metrics(self) -> MetricsSource: ...
 
     @property
-    def followers(self) -> Sequence[Follower]:
+    def followers(self) -> Sequence[Feed]:
         """The projections' followers, with what each skipped (``poisoned``)."""
         ...
 
@@ -119,9 +120,12 @@ class AdminHost(Protocol):
         ``replica.status`` waits for it)."""
         ...
 
-    async def hold(self, deployment_id: str, *, by: str, reason: str) -> ScheduleRecord: ...
+    async def hold(self, deployment_id: str, **notes: Unpack[OperatorNotes]) -> ScheduleRecord:
+        """Hold, recording who asked (``caller``: the user the server authenticated)."""
+        ...
 
-    async def release(self, deployment_id: str, *, by: str, reason: str) -> ScheduleRecord: ...
+    async def release(self, deployment_id: str,
+                      **notes: Unpack[OperatorNotes]) -> ScheduleRecord: ...
 
     async def runs_page(self, deployment_id: str, *, limit: int = 50,
                         before: str | None = None) -> list[RunRecord]:

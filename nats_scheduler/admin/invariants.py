@@ -37,6 +37,10 @@ The checks (``CHECKS`` names them; docs/failure-modes.md says which test proves 
   liveness window covered the whole lease before it.
 - ``early``: a scheduled Run whose creation (or first claim: the start) the server stored
   before its due time, beyond ``EARLY_TOLERANCE``; only when the tickers alone fired.
+- ``paging``: a deployment's history, walked page by page as a client pages it, that does
+  not list every retained Run exactly once, newest first, every page full but the last.
+  Not judged here from events: ``nats-scheduler check`` walks a sample of deployments on
+  the store itself (``paging_check.py``).
 
 :class:`Checker` runs them one stored event at a time, in memory bounded by the Runs still
 open (``nats-scheduler check`` streams a production store through it); :func:`check` feeds
@@ -96,6 +100,7 @@ CHECKS: dict[str, str] = {
     "admit_order": "admit_turn called before the Run's Session ID was stored",
     "stolen": "a Run taken over from a holder that was alive through its whole lease",
     "early": "a scheduled Run created or started before its due time, by the server's clock",
+    "paging": "paging a deployment's history does not list every retained Run exactly once",
 }
 
 

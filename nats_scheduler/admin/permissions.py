@@ -115,6 +115,8 @@ def probes(names: Names, nonce: str | None = None) -> list[Probe]:
     return [
         Probe("read events", stream_msg_get_subject(names.runs_stream),
               payload=b'{"last_by_subj": "%s"}' % names.run_subject(probe_id, probe_id).encode()),
+        Probe("read the history index", stream_msg_get_subject(names.index_stream),
+              payload=b'{"last_by_subj": "%s"}' % names.index_subject(probe_id).encode()),
         Probe("watch events", consumer_create_subject(names.runs_stream),
               payload=b'{"stream_name": "%s"}' % absent_stream.encode()),
         Probe("read leases", stream_info_subject(names.leases_stream)),

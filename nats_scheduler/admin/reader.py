@@ -35,7 +35,7 @@ from nats.js.client import JetStreamContext
 from ..clock import Clock, SystemClock
 from ..core.events import RunRecord, ScheduleRecord, decode_schedule_event
 from ..jetstream.connection import server_version
-from ..jetstream.history import RunHistory
+from ..jetstream.history_reads import PagedHistory
 from ..jetstream.leases import LeaseValue
 from ..jetstream.runlog import RunLog
 from ..jetstream.store import Store
@@ -253,16 +253,16 @@ class StoreReader:
             table.apply(item.seq, decode_schedule_event(item.data).schedule)
         return table
 
-    def _reads(self) -> tuple[RunHistory, RunReads]:
+    def reads(self) -> tuple[PagedHistory, RunReads]:
         """History reads over this connection (the provider's own code, no process needed)."""
         store = Store(self.nc, NatsSettings(prefix=self.names.prefix,
                                             store_retry_seconds=self.timeout))
-        history = RunHistory(store)
+        history = PagedHistory(store)
         return history, RunReads(history, RunLog(store, Ledger()), Ledger(), self.clock)
 
     async def ledger(self, deployments: list[str]) -> Ledger:
         """Every open Run, each deployment's newest Run and the last day's Runs."""
-        history, _ = self._reads()
+        history, _ = self.reads()
         ledger = Ledger()
         now = self.clock.now()
         open_runs = await self.leases()
@@ -278,7 +278,7 @@ class StoreReader:
 
     async def run_record(self, run_id: str) -> RunRecord | None:
         """A retained Run by ID, or None."""
-        _, reads = self._reads()
+        _, reads = self.reads()
         return await guarded("a run", lambda: reads.find(_checked(run_id, "run ID")))
 
     async def leases(self) -> dict[str, LeaseValue]:
@@ -312,7 +312,7 @@ class StoreReader:
                         before: str | None = None) -> RunList:
         probe = probe_limit(limit)
         _checked(deployment_id, "deployment ID")
-        _, reads = self._reads()
+        _, reads = self.reads()
         try:
             page = await guarded("runs", lambda: reads.page(deployment_id, probe, before))
         except KeyError:

@@ -12,6 +12,13 @@ words. Actions go through the provider (hold/release, enqueue), so each one is a
 recording who asked and why: ``schedule.held``/``schedule.released`` carry ``by`` and
 ``reason``, ``run.created`` carries ``requested_by`` and ``reason``.
 
+Who asked: with a login of its own (``ASTRABOX_NATS_SERVICE_USER``, an account of its own
+that operators import it from) the service serves on its own connection and records, for
+every action, the user the server authenticated for the request (:mod:`.callers`): ``by``
+and ``requested_by`` are that user, ``caller`` names it with its account, and a name the
+operator only stated (``--by``) is ``on_behalf_of``. Without one it serves on the provider's
+connection and records the names the client gives.
+
 The provider serves it: ``start()`` starts one after its loops run and ``stop()`` stops it
 first, in every process AstraBox loads the provider into (so the console and
 ``nats-scheduler`` actions work with no extra process), unless
@@ -29,12 +36,14 @@ from importlib import metadata
 from typing import Any, TypeVar
 
 import msgspec
+from nats.aio.client import Client
 from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
 
 from ..clock import Clock, SystemClock
-from ..core.events import ScheduleRecord
+from ..core.events import Caller, ScheduleRecord
+from ..jetstream.connection import connect
 from ..names import SERVICE_NAME
 from ..seam import EnqueueRequest, Trigger
 from .api import (
@@ -68,6 +77,7 @@ from .bounded import (
     reply_budget,
 )
 from .bulk import change_matching
+from .callers import proven_caller, stated, who_text
 from .health import HealthPolicy, build_health
 from .herd_watch import BusiestMinute
 from .host import AdminHost
@@ -84,6 +94,11 @@ _encoder = msgspec.json.Encoder()
 
 class _Empty(msgspec.Struct, frozen=True):
     """The body of requests that take no arguments (``{}`` or nothing)."""
+
+
+ACTIONS = frozenset({"schedules.hold", "schedules.release", "schedules.hold_bulk",
+                     "schedules.release_bulk", "runs.run_now", "runs.replay"})
+"""The endpoints that change something: their handlers are told who sent the request."""
 
 
 def _version() -> str:
@@ -108,6 +123,8 @@ class AdminService:
                                   clock=self.clock)
         self.started_at: datetime | None = None
         self._service: Service | None = None
+        self._own: Client | None = None
+        """The service's own connection (its login, its account), when it has one."""
         self._busiest = BusiestMinute()
 
     @property
@@ -118,6 +135,12 @@ class AdminService:
     def service(self) -> Service:
         assert self._service is not None, "start() first"
         return self._service
+
+    @property
+    def proves_callers(self) -> bool:
+        """Whether the service serves on a connection of its own, where the server's
+        ``Nats-Request-Info`` header says who sent each request (:mod:`.callers`)."""
+        return self._own is not None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -140,17 +163,22 @@ class AdminService:
 
     async def start(self) -> None:
         identity = self.provider.identity
+        login = self.provider.settings.service_login()
+        if login is not None:
+            self._own = await connect(login, f"{identity} admin service")
         self._service = await add_service(
-            self.nc,
+            self._own or self.nc,
             name=SERVICE_NAME,
             version=_version(),
             description="AstraBox scheduler: Schedules, Runs, holds and health",
-            metadata={"prefix": self.names.prefix, "identity": identity},
+            metadata={"prefix": self.names.prefix, "identity": identity,
+                      # what an action records as who acted (`nats micro info` shows it)
+                      "callers": "authenticated" if self.proves_callers else "stated"},
         )
         for endpoint, (kind, handler) in self.endpoints().items():
             await self.service.add_endpoint(
                 name=endpoint.replace(".", "_"), subject=self.names.admin_subject(endpoint),
-                handler=self._wrap(kind, handler),
+                handler=self._wrap(kind, handler, acts=endpoint in ACTIONS),
             )
         await self.service.add_endpoint(
             name=REPLICA_STATUS_ENDPOINT.replace(".", "_"),
@@ -162,31 +190,43 @@ class AdminService:
         # subscriptions its flusher has not written yet, so one PONG does not prove the server
         # has them (a request right after start could find no responder). The second PING
         # follows them on the wire (nats-io/nats.py, Client.flush / _flusher).
-        await self.nc.flush()
-        await self.nc.flush()
+        served_on = self._own or self.nc
+        await served_on.flush()
+        await served_on.flush()
         self.started_at = self._clock_now
         log.info("admin service for prefix %s started (%s)", self.names.prefix, identity)
 
     async def stop(self) -> None:
         service, self._service = self._service, None
+        own, self._own = self._own, None
         if service is not None:
             try:
                 await service.stop()
             except Exception:  # a closed connection must not fail a shutdown
                 log.debug("stopping the admin service failed", exc_info=True)
+        if own is not None:
+            try:
+                await own.close()
+            except Exception:
+                log.debug("closing the admin service's connection failed", exc_info=True)
 
     # ------------------------------------------------------------------ plumbing
 
-    def _wrap(self, kind: type[R], handler: Callable[[R], Awaitable[Any]], *,
-              gated: bool = True) -> Callable[[Request], Awaitable[None]]:
+    def _wrap(self, kind: type[R], handler: Callable[..., Awaitable[Any]], *,
+              gated: bool = True, acts: bool = False) -> Callable[[Request], Awaitable[None]]:
         """``gated``: answer only once the provider has loaded its Schedules (every answer
-        but ``replica.status``, which says whether it has)."""
+        but ``replica.status``, which says whether it has). ``acts``: an action, whose
+        handler is also given who sent it (:func:`.callers.proven_caller`)."""
         async def handle(request: Request) -> None:
             try:
                 if gated:
                     await self.provider.until_ready()
                 payload = msgspec.json.decode(request.data or b"{}", type=kind)
-                answer = await handler(payload)
+                if acts:
+                    caller = proven_caller(request.headers, proves=self.proves_callers)
+                    answer = await handler(payload, caller)
+                else:
+                    answer = await handler(payload)
                 body = _encoder.encode(answer)
             except Exception as exc:  # every failure answers clean JSON, never a repr
                 error = to_admin_error(exc)
@@ -222,32 +262,39 @@ class AdminService:
                              f"deployment {req.deployment_id!r} has no schedule")
         return schedule_detail(record, self.provider.ledger, self._clock_now)
 
-    async def hold(self, req: OperatorAction) -> ScheduleView:
+    async def hold(self, req: OperatorAction, caller: Caller | None) -> ScheduleView:
+        return await self._change(req, caller, held=True)
+
+    async def release(self, req: OperatorAction, caller: Caller | None) -> ScheduleView:
+        return await self._change(req, caller, held=False)
+
+    async def _change(self, req: OperatorAction, caller: Caller | None, *,
+                      held: bool) -> ScheduleView:
+        """Hold or release one Schedule, recording who (proven when ``caller``) and why."""
         by, reason = required(req.by, "by"), required(req.reason, "reason")
-        record = await self.provider.hold(req.deployment_id, by=by, reason=reason)
-        log.info("%s held %s: %s", by, req.deployment_id, reason)
+        behalf = stated(req.on_behalf_of)
+        change = self.provider.hold if held else self.provider.release
+        record = await change(req.deployment_id, by=by, reason=reason, caller=caller,
+                              on_behalf_of=behalf)
+        log.info("%s %s %s: %s", who_text(by, caller, behalf), "held" if held else "released",
+                 req.deployment_id, reason)
         return self._view(record)
 
-    async def release(self, req: OperatorAction) -> ScheduleView:
-        by, reason = required(req.by, "by"), required(req.reason, "reason")
-        record = await self.provider.release(req.deployment_id, by=by, reason=reason)
-        log.info("%s released %s: %s", by, req.deployment_id, reason)
-        return self._view(record)
-
-    async def _bulk(self, req: BulkAction, held: bool) -> BulkResult:
+    async def _bulk(self, req: BulkAction, caller: Caller | None, held: bool) -> BulkResult:
         """Hold or release the Schedules a filter matches (admin/bulk.py), then log it."""
-        result = await change_matching(self.provider, req, held)
-        log.info("%s %s %d schedules matching %r (%d unchanged%s): %s", req.by.strip(),
+        result = await change_matching(self.provider, req, held, caller)
+        log.info("%s %s %d schedules matching %r (%d unchanged%s): %s",
+                 who_text(req.by.strip(), caller, stated(req.on_behalf_of)),
                  "held" if held else "released", result.changed_count, req.filter.strip(),
                  result.unchanged_count, ", more follow" if result.next_after else "",
                  req.reason.strip())
         return result
 
-    async def hold_bulk(self, req: BulkAction) -> BulkResult:
-        return await self._bulk(req, held=True)
+    async def hold_bulk(self, req: BulkAction, caller: Caller | None) -> BulkResult:
+        return await self._bulk(req, caller, held=True)
 
-    async def release_bulk(self, req: BulkAction) -> BulkResult:
-        return await self._bulk(req, held=False)
+    async def release_bulk(self, req: BulkAction, caller: Caller | None) -> BulkResult:
+        return await self._bulk(req, caller, held=False)
 
     # ------------------------------------------------------------------ Runs
 
@@ -267,26 +314,27 @@ class AdminService:
         record = self.provider.ledger.get(run.run_id)
         return record if record is not None else RunView.from_run(run)
 
-    async def _enqueue(self, request: EnqueueRequest, reason: str | None) -> RunView:
-        run = await self.provider.enqueue(request, reason=reason)
+    async def _enqueue(self, request: EnqueueRequest, reason: str | None,
+                       on_behalf_of: str | None = None) -> RunView:
+        run = await self.provider.enqueue(request, reason=reason, on_behalf_of=on_behalf_of)
         log.info("%s asked for %s of %s (%s): run %s", request.requested_by,
                  request.trigger.value, request.deployment_id, reason or "no reason", run.run_id)
         record = self.provider.ledger.get(run.run_id)
         return record if record is not None else RunView.from_run(run)
 
-    async def run_now(self, req: RunNowRequest) -> RunView:
-        by = required(req.by, "by")
+    async def run_now(self, req: RunNowRequest, caller: Caller | None) -> RunView:
+        by, behalf = _requester(req.by, req.on_behalf_of, caller)
         return await self._enqueue(EnqueueRequest(
             deployment_id=req.deployment_id, trigger=Trigger.RUN_NOW,
-            request_id=req.request_id, requested_by=by), optional_reason(req.reason))
+            request_id=req.request_id, requested_by=by), optional_reason(req.reason), behalf)
 
-    async def replay(self, req: ReplayRequest) -> RunView:
-        by = required(req.by, "by")
+    async def replay(self, req: ReplayRequest, caller: Caller | None) -> RunView:
+        by, behalf = _requester(req.by, req.on_behalf_of, caller)
         original = await self.provider.get_run(req.run_id)
         return await self._enqueue(EnqueueRequest(
             deployment_id=original.deployment_id, trigger=Trigger.REPLAY,
             replay_of=original.run_id, request_id=req.request_id, requested_by=by),
-            optional_reason(req.reason))
+            optional_reason(req.reason), behalf)
 
     # ------------------------------------------------------------------ cluster
 
@@ -335,6 +383,18 @@ class AdminService:
             health, skipped_events=skipped, busiest_minute=minute, busiest_due=due,
             live_replicas=running.live_replicas() if running else None, **self._offset()),
             self._budget())
+
+
+def _requester(by: str, on_behalf_of: str | None,
+               caller: Caller | None) -> tuple[str, str | None]:
+    """``requested_by`` of a Run now or Replay, and whom it was said to be for: the user the
+    server authenticated and the stated name (``--by``) apart; without proof, the name the
+    client gives as who asked, as before."""
+    by = required(by, "by")
+    behalf = stated(on_behalf_of)
+    if caller is None:
+        return behalf or by, None
+    return caller.user, behalf if behalf != caller.user else None
 
 
 async def start_admin_service(provider: AdminHost, *,

@@ -16,6 +16,7 @@ stored since an instant.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -28,9 +29,10 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from ..core.events import decode_event
+from ..core.events import RunCreated, decode_event
 from ..names import Names
 from .invariants import Checker, History, Options, Report, StoredEvent
+from .paging_check import PAGING_SAMPLE, PagingSample, check_paging
 from .reader import StoreReader, guarded
 
 
@@ -184,6 +186,10 @@ class CheckRun:
     seconds: float
     skipped: int
     """Events of Runs created before ``since``, not judged."""
+    paged: tuple[str, ...] = ()
+    """The deployments whose history was walked page by page (:mod:`.paging_check`)."""
+    paging_seconds: float = 0.0
+    """What walking them took."""
 
     @property
     def rate(self) -> float:
@@ -193,13 +199,16 @@ class CheckRun:
 
 async def check_stored(nc: Client, prefix: str, options: Options, *,
                        since: datetime | None = None, timeout: float = 5.0,
-                       progress: Callable[[int, float], None] | None = None) -> CheckRun:
+                       progress: Callable[[int, float], None] | None = None,
+                       paging_sample: int = PAGING_SAMPLE) -> CheckRun:
     """Check the store of ``prefix``, streaming its Run events (bounded memory).
 
     The Schedules (one to a few events each) and the leases are read whole first; the Run
     events are fed to :class:`~.invariants.Checker` a batch at a time. With ``since``, only
     the Run events stored from then on (Runs created before it are skipped, and no due time
-    before it is expected). ``progress(events, seconds)`` after each batch.
+    before it is expected). ``progress(events, seconds)`` after each batch. Then the
+    histories of ``paging_sample`` deployments, sampled from the Runs streamed, are walked
+    page by page (:mod:`.paging_check`).
     """
     names = Names(prefix)
     began = time.monotonic()
@@ -208,15 +217,24 @@ async def check_stored(nc: Client, prefix: str, options: Options, *,
         nc, names.schedules_stream, names.schedules_filter, timeout=timeout))
     leases = await StoreReader(nc, prefix, timeout=timeout).leases()
     checker = Checker(prefix, schedules, leases, options, partial=since is not None)
+    sample = PagingSample(paging_sample)
 
     async def feed() -> None:
         async for found in stream_events(nc, names.runs_stream, names.runs_filter,
                                          since=since, timeout=timeout):
             for stored in found:
                 checker.feed(stored)
+                if isinstance(stored.event, RunCreated):
+                    sample.note(stored.event.run.deployment_id)
             if progress is not None:
                 progress(checker.events, time.monotonic() - began)
 
     await guarded("run events", feed)
     report = checker.finish(read_at)
-    return CheckRun(report, time.monotonic() - began, checker.skipped)
+    walked = time.monotonic()
+    paging = await check_paging(StoreReader(nc, prefix, timeout=timeout), sample.deployments)
+    if paging:
+        report = dataclasses.replace(
+            report, violations=tuple(sorted((*report.violations, *paging))))
+    return CheckRun(report, time.monotonic() - began, checker.skipped,
+                    tuple(sample.deployments), time.monotonic() - walked)

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ..admin.api import AdminError, ErrorCode
 from ..admin.invariants import EARLY_TOLERANCE, HandlerCall, Options, Window
+from ..admin.paging_check import PAGING_SAMPLE
 from ..admin.stored_events import CheckRun, check_stored
 from ..jetstream.connection import connect
 from .common import (
@@ -136,7 +137,8 @@ async def _check(args: argparse.Namespace) -> int:
     nc = await connect(settings, f"nats-scheduler-check-{socket.gethostname()}")
     try:
         result = await check_stored(nc, settings.prefix, options, since=args.since,
-                                    timeout=args.timeout, progress=progress)
+                                    timeout=args.timeout, progress=progress,
+                                    paging_sample=args.paging_sample)
     finally:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(nc.close(), 2.0)
@@ -149,13 +151,18 @@ def _print(result: CheckRun, as_json: bool) -> None:
     if as_json:
         print_json({"ok": report.ok, **report.to_builtins(),
                     "seconds": round(result.seconds, 3), "events_per_second": round(result.rate),
-                    "skipped_before_since": result.skipped})
+                    "skipped_before_since": result.skipped,
+                    "paged_deployments": list(result.paged),
+                    "paging_seconds": round(result.paging_seconds, 3)})
         return
     print(report.text(), flush=True)
     skipped = (f"; {result.skipped} events of runs created before --since skipped"
                if result.skipped else "")
     print(f"read and judged in {result.seconds:.1f} s: {result.rate:,.0f} events/s{skipped}",
           flush=True)
+    if result.paged:
+        print(f"paged the whole history of {len(result.paged)} deployments in "
+              f"{result.paging_seconds:.1f} s", flush=True)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -183,4 +190,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         help="seconds a scheduled run may be stored before its due time by "
                              f"the server's clock (default {EARLY_TOLERANCE}); 'off' when "
                              "due times were fired by hand (AstraBox's conformance tests)")
+    parser.add_argument("--paging-sample", type=int, default=PAGING_SAMPLE, metavar="N",
+                        help="walk the Run history of N deployments (sampled from the Runs "
+                             f"read) page by page and check it lists every retained Run once "
+                             f"(default {PAGING_SAMPLE}; 0: skip)")
     parser.set_defaults(func=lambda a: run_command(a, _check))

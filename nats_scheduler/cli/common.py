@@ -43,12 +43,15 @@ from ..seam import SchedulerConfigurationError, SchedulerError
 from ..settings import NatsSettings
 
 __all__ = [
-    "DEFAULT_URL", "EXIT_CONFLICT", "EXIT_FORBIDDEN", "EXIT_FOR_CODE", "EXIT_INTERNAL",
+    "BY_HELP", "DEFAULT_URL", "EXIT_CONFLICT", "EXIT_FORBIDDEN", "EXIT_FOR_CODE", "EXIT_INTERNAL",
     "EXIT_INVALID", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_UNAVAILABLE", "EXIT_UNHEALTHY",
     "admin_client", "connection_flags", "default_actor", "env_from_args", "output_flags",
     "print_json", "report_error", "run_command", "settings_from_args", "short_id", "table",
     "when",
 ]
+
+BY_HELP = ("on behalf of whom (recorded as stated, apart from who acted: the scheduler records "
+           "the user the server authenticated when its admin service has a login of its own)")
 
 EXIT_FOR_CODE = {
     ErrorCode.INVALID_REQUEST: EXIT_INVALID,

@@ -11,8 +11,9 @@ import argparse
 
 import msgspec
 
+from ..admin.callers import who_text
 from ..admin.client import event_type
-from ..core.events import AnyEvent, RunEvent, ScheduleEvent, to_builtins
+from ..core.events import AnyEvent, OperatorChange, RunEvent, ScheduleEvent, to_builtins
 from .common import (
     EXIT_OK,
     admin_client,
@@ -39,8 +40,8 @@ def describe(event: AnyEvent) -> str:
                                                      "enabled" if schedule.enabled else "disabled")
         detail = f"v{schedule.version} {schedule.cron} {schedule.timezone} {state}"
         extra = []
-        if getattr(event, "by", None):
-            extra.append(f"by {event.by}")  # type: ignore[union-attr]
+        if isinstance(event, OperatorChange):
+            extra.append(f"by {who_text(event.by, event.caller, event.on_behalf_of)}")
         if getattr(event, "reason", None):
             extra.append(f"reason {event.reason!r}")  # type: ignore[union-attr]
         subject = schedule.deployment_id

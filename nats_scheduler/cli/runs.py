@@ -15,6 +15,7 @@ from ..admin.api import AdminError, ErrorCode, RunView
 from ..admin.client import AdminClient
 from ..seam import RunState
 from .common import (
+    BY_HELP,
     EXIT_INTERNAL,
     EXIT_OK,
     admin_client,
@@ -44,6 +45,7 @@ def run_text(run: RunView) -> str:
         ("updated", when(run.updated_at)), ("due", when(run.due_at) if run.due_at else "-"),
         ("attempts", run.attempts), ("session", run.session_id), ("turn", run.turn_id),
         ("replay of", run.replay_of), ("requested by", run.requested_by),
+        ("on behalf of", run.on_behalf_of),
         ("reason", run.reason), ("held by", run.holder), ("error", run.error),
         ("target", run.payload.target), ("prompt", run.payload.prompt),
     ]
@@ -84,14 +86,14 @@ async def wait_finished(client: AdminClient, run: RunView, timeout: float) -> Ru
 
 
 async def _enqueue(args: argparse.Namespace, replay: bool) -> int:
-    by = args.by or default_actor()
+    by = default_actor()
     async with admin_client(args) as client:
         if replay:
             run = await client.replay(args.run_id, by=by, reason=args.reason,
-                                      request_id=args.request_id)
+                                      request_id=args.request_id, on_behalf_of=args.by)
         else:
             run = await client.run_now(args.deployment, by=by, reason=args.reason,
-                                       request_id=args.request_id)
+                                       request_id=args.request_id, on_behalf_of=args.by)
         if args.wait:
             run = await wait_finished(client, run, args.wait)
         if args.json:
@@ -120,7 +122,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                   else "a new Run with an earlier Run's captured payload"))
         command.add_argument("run_id" if replay else "deployment")
         command.add_argument("--reason", help="why (recorded on the Run)")
-        command.add_argument("--by", help="who (recorded; default user@host)")
+        command.add_argument("--by", help=BY_HELP)
         command.add_argument("--request-id", help="idempotency key: repeating it returns "
                                                   "the same Run")
         command.add_argument("--wait", type=float, nargs="?", const=30.0, metavar="SECONDS",

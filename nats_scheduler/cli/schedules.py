@@ -12,13 +12,14 @@ import argparse
 import sys
 
 from ..admin.api import BulkResult, ScheduleDetail, ScheduleView
+from ..admin.callers import held_by
 from ..admin.client import AdminClient, merge_bulk
 from . import common
 
 
 def _state(view: ScheduleView) -> str:
     if view.hold is not None:
-        return f"held by {view.hold.by}"
+        return f"held by {held_by(view.hold)}"
     return view.state
 
 
@@ -45,7 +46,8 @@ def detail_text(detail: ScheduleDetail) -> str:
         f"updated     {common.when(v.updated_at)}",
     ]
     if v.hold is not None:
-        lines.append(f"held        by {v.hold.by} at {common.when(v.hold.at)}: {v.hold.reason}")
+        lines.append(f"held        by {held_by(v.hold)} at {common.when(v.hold.at)}: "
+                     f"{v.hold.reason}")
     if v.last_run_state is not None:
         lines.append(f"last run    {v.last_run_state.value} (created {common.when(v.last_run_at)})")
     lines.append(f"failed 24h  {v.failures_24h}")
@@ -90,7 +92,8 @@ async def _bulk(client: AdminClient, args: argparse.Namespace, hold: bool, by: s
     """Follow the bulk action's pages; on a terminal, say how far it got after each page."""
     pages: list[BulkResult] = []
     done = 0
-    async for page in client.bulk_pages(args.filter, hold=hold, by=by, reason=args.reason):
+    async for page in client.bulk_pages(args.filter, hold=hold, by=by, reason=args.reason,
+                                        on_behalf_of=args.by):
         pages.append(page)
         done += page.changed_total + page.unchanged_total
         if page.next_after is not None and sys.stderr.isatty():
@@ -102,7 +105,7 @@ async def _hold_or_release(args: argparse.Namespace, hold: bool) -> int:
     if bool(args.deployment) == bool(args.filter):
         print("error: give either a DEPLOYMENT or --filter TEXT", file=sys.stderr, flush=True)
         return common.EXIT_INVALID
-    by = args.by or common.default_actor()
+    by = common.default_actor()
     async with common.admin_client(args) as client:
         if args.filter:
             result = await _bulk(client, args, hold, by)
@@ -112,7 +115,7 @@ async def _hold_or_release(args: argparse.Namespace, hold: bool) -> int:
                 print(_bulk_text(result, hold), flush=True)
             return common.EXIT_OK
         single = client.hold if hold else client.release
-        view = await single(args.deployment, by=by, reason=args.reason)
+        view = await single(args.deployment, by=by, reason=args.reason, on_behalf_of=args.by)
         if args.json:
             common.print_json(view)
         else:
@@ -137,6 +140,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         command.add_argument("--filter", help="act on every Schedule whose ID or name "
                                               "contains this text")
         command.add_argument("--reason", required=True, help="why (recorded)")
-        command.add_argument("--by", help="who (recorded; default user@host)")
+        command.add_argument("--by", help=common.BY_HELP)
         command.set_defaults(func=lambda a, h=hold: common.run_command(
             a, lambda args: _hold_or_release(args, h)))

@@ -22,9 +22,11 @@ import msgspec
 
 from ..seam import Run, RunState, Schedule
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """1: the first release. 2 (additive): ``run.created`` may carry its creator's claim
-(``holder``), the Run then DISPATCHING at attempt 1 from its first event."""
+(``holder``), the Run then DISPATCHING at attempt 1 from its first event. 3 (additive): an
+operator's hold or release names the user the NATS server authenticated (``caller``; ``by``
+is then that user), and a name the client only stated is kept apart as ``on_behalf_of``."""
 
 
 class RunRecord(Run, frozen=True, kw_only=True):
@@ -52,6 +54,9 @@ class RunRecord(Run, frozen=True, kw_only=True):
     index_seq: int | None = None
     """The sequence of the Run's history index entry (written just before ``run.created``):
     where a page that starts after this Run begins, and whether the Run is still retained."""
+    on_behalf_of: str | None = None
+    """Whom an operator said a Run now or Replay is for (``--by``): stated, never proven;
+    ``requested_by`` is the user the server authenticated (schema 3)."""
 
     @property
     def finished(self) -> bool:
@@ -67,12 +72,32 @@ class RunRecord(Run, frozen=True, kw_only=True):
         return cls(**{name: getattr(run, name) for name in Run.__struct_fields__})
 
 
+class Caller(msgspec.Struct, frozen=True, kw_only=True):
+    """Who sent an operator's request, as the NATS server authenticated the connection.
+
+    The server writes it into the request's ``Nats-Request-Info`` header when the request
+    crosses into the admin service's account (a service import with ``share: true``), over
+    any value the client sent: so it is proof, where a name in the request is only a claim.
+    """
+
+    user: str
+    """The user the connection logged in as (a user name, an NKey or a JWT's public key)."""
+    account: str
+    """The account that user belongs to."""
+
+
 class Hold(msgspec.Struct, frozen=True, kw_only=True):
-    """An operator hold: who paused the Schedule, when and why."""
+    """An operator hold: who paused the Schedule, when and why.
+
+    ``by`` is the authenticated user when ``caller`` is set (schema 3), else the name the
+    client gave; ``on_behalf_of`` is a name the operator stated (``--by``), never proven.
+    """
 
     by: str
     reason: str
     at: datetime
+    caller: Caller | None = None
+    on_behalf_of: str | None = None
 
 
 class ScheduleRecord(Schedule, frozen=True, kw_only=True, gc=False):
@@ -196,18 +221,22 @@ class ScheduleDeleted(ScheduleEvent, frozen=True, kw_only=True, tag="schedule.de
     """AstraBox deleted the Schedule; its Runs stay in the ledger."""
 
 
-class ScheduleHeld(ScheduleEvent, frozen=True, kw_only=True, tag="schedule.held"):
+class OperatorChange(ScheduleEvent, frozen=True, kw_only=True):
+    """An operator's hold or release: who (``by``; proven when ``caller`` is set), why, and
+    whom the operator said they acted for (``on_behalf_of``, stated, never proven)."""
+
+    by: str
+    reason: str
+    caller: Caller | None = None
+    on_behalf_of: str | None = None
+
+
+class ScheduleHeld(OperatorChange, frozen=True, kw_only=True, tag="schedule.held"):
     """An operator paused the Schedule (not cleared by apply/reconcile)."""
 
-    by: str
-    reason: str
 
-
-class ScheduleReleased(ScheduleEvent, frozen=True, kw_only=True, tag="schedule.released"):
+class ScheduleReleased(OperatorChange, frozen=True, kw_only=True, tag="schedule.released"):
     """An operator lifted the hold."""
-
-    by: str
-    reason: str
 
 
 ScheduleEventType = ScheduleApplied | ScheduleDeleted | ScheduleHeld | ScheduleReleased

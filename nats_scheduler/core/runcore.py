@@ -95,6 +95,7 @@ def create(
     requested_by: str | None = None,
     reason: str | None = None,
     holder: str | None = None,
+    on_behalf_of: str | None = None,
 ) -> RunCreated:
     """A new PENDING Run; with ``holder``, one already claimed by it (DISPATCHING, attempt 1).
 
@@ -113,6 +114,7 @@ def create(
         replay_of=replay_of,
         requested_by=requested_by,
         reason=reason,
+        on_behalf_of=on_behalf_of,
     )
     if holder is not None:
         record = msgspec.structs.replace(
@@ -132,12 +134,21 @@ def claimed_at_create(record: RunRecord) -> bool:
             and record.first_attempt_at == record.created_at)
 
 
-def indexed(event: RunCreated, index_seq: int | None) -> RunCreated:
-    """The create with the sequence of the Run's history index entry recorded on the Run."""
+def indexed(event: RunCreated, index_seq: int | None,
+            created_at: datetime | None = None) -> RunCreated:
+    """The create with the Run's history index entry recorded on it: the entry's sequence,
+    and the entry's ``created_at`` as the Run's own (the key the history lists it by: a
+    Run and its entry never disagree on it). The create is stamped at that instant
+    throughout (``at``, ``updated_at``, a claim's ``first_attempt_at``), as if built then."""
     if index_seq is None:
         return event
-    return msgspec.structs.replace(
-        event, run=msgspec.structs.replace(event.run, index_seq=index_seq))
+    run = msgspec.structs.replace(event.run, index_seq=index_seq)
+    if created_at is None or created_at == run.created_at:
+        return msgspec.structs.replace(event, run=run)
+    run = msgspec.structs.replace(
+        run, created_at=created_at, updated_at=created_at,
+        first_attempt_at=None if run.first_attempt_at is None else created_at)
+    return msgspec.structs.replace(event, at=created_at, run=run)
 
 
 def claim(record: RunRecord, *, holder: str, now: datetime) -> RunClaimed:

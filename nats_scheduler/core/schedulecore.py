@@ -11,11 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from datetime import datetime
+from typing import Required, TypedDict, Unpack
 
 import msgspec
 
 from ..seam import Schedule, ScheduleCapacityExceeded
 from .events import (
+    Caller,
     Hold,
     ScheduleApplied,
     ScheduleDeleted,
@@ -76,25 +78,43 @@ def decide_delete(
     return ScheduleDeleted(at=now, actor=actor, schedule=record)
 
 
-def decide_hold(
-    current: ScheduleRecord, *, by: str, reason: str, now: datetime, actor: str
-) -> ScheduleHeld | None:
+class OperatorNotes(TypedDict, total=False):
+    """Who asked for a hold or release and why (the keywords of :func:`decide_hold`).
+
+    ``caller`` is the user the server authenticated for the request (the admin service
+    knows it); with it ``by`` is that user. ``on_behalf_of`` is a name the operator only
+    stated (``--by``), stored apart and never as who acted.
+    """
+
+    by: Required[str]
+    reason: Required[str]
+    caller: Caller | None
+    on_behalf_of: str | None
+
+
+def decide_hold(current: ScheduleRecord, *, now: datetime, actor: str,
+                **notes: Unpack[OperatorNotes]) -> ScheduleHeld | None:
     """Put an operator hold on the Schedule; holding a held Schedule writes nothing."""
     if current.hold is not None:
         return None
-    hold = Hold(by=by, reason=reason, at=now)
+    caller, on_behalf_of = notes.get("caller"), notes.get("on_behalf_of")
+    by, reason = caller.user if caller is not None else notes["by"], notes["reason"]
+    hold = Hold(by=by, reason=reason, at=now, caller=caller, on_behalf_of=on_behalf_of)
     record = msgspec.structs.replace(current, hold=hold, updated_at=now)
-    return ScheduleHeld(at=now, actor=actor, schedule=record, by=by, reason=reason)
+    return ScheduleHeld(at=now, actor=actor, schedule=record, by=by, reason=reason,
+                        caller=caller, on_behalf_of=on_behalf_of)
 
 
-def decide_release(
-    current: ScheduleRecord, *, by: str, reason: str, now: datetime, actor: str
-) -> ScheduleReleased | None:
+def decide_release(current: ScheduleRecord, *, now: datetime, actor: str,
+                   **notes: Unpack[OperatorNotes]) -> ScheduleReleased | None:
     """Lift the operator hold; releasing an unheld Schedule writes nothing."""
     if current.hold is None:
         return None
+    caller, on_behalf_of = notes.get("caller"), notes.get("on_behalf_of")
+    by = caller.user if caller is not None else notes["by"]
     record = msgspec.structs.replace(current, hold=None, updated_at=now)
-    return ScheduleReleased(at=now, actor=actor, schedule=record, by=by, reason=reason)
+    return ScheduleReleased(at=now, actor=actor, schedule=record, by=by,
+                            reason=notes["reason"], caller=caller, on_behalf_of=on_behalf_of)
 
 
 OperatorDecision = Callable[..., ScheduleHeld | ScheduleReleased | None]

@@ -94,13 +94,14 @@ def check_notes(**notes: str | None) -> None:
             raise ValueError(f"{what} {problem}")
 
 
-def check_operator_action(by: str, reason: str) -> None:
-    """An operator hold or release names who asks and why, in storable text."""
+def check_operator_action(by: str, reason: str, on_behalf_of: str | None = None) -> None:
+    """An operator hold or release names who asks and why, in storable text (and whom the
+    operator acts for, when stated)."""
     if not by or not by.strip():
         raise ValueError("an operator action needs the name of who asks for it")
     if not reason or not reason.strip():
         raise ValueError("an operator hold or release needs a reason")
-    check_notes(by=by, reason=reason)
+    check_notes(by=by, reason=reason, on_behalf_of=on_behalf_of)
 
 
 def check_schedule(schedule: Schedule) -> None:

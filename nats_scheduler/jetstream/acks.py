@@ -41,6 +41,7 @@ from ..names import (
     inbox_reply_prefix,
 )
 from ..tasks import cancel_and_wait
+from . import errors
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +75,6 @@ from 64), hence a declared setting, not one threshold for both."""
 
 GROUP_MAX = 256
 """Publishes :meth:`AckedPublisher.publish_grouped` gathers into one batch at most."""
-
-ATOMIC_DISABLED = 10174
-"""The server's error for an atomic batch sent to a stream that does not allow them."""
-
 
 class _ApiError(msgspec.Struct):
     code: int = 0
@@ -286,7 +283,7 @@ class AckedPublisher:
         of it was stored and its items may be sent again one by one), counted as a split."""
         if not isinstance(failure, nats.js.errors.APIError):
             return False
-        if failure.err_code == ATOMIC_DISABLED:
+        if errors.is_atomic_disabled(failure):
             log.warning("%s does not take atomic batches; publishing one by one", stream)
             self.not_atomic.add(stream)
         self.batches_split += 1

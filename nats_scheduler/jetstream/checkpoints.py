@@ -39,16 +39,19 @@ from typing import Protocol
 
 import msgspec
 
-from ..core.events import Hold, ScheduleRecord
+from ..core.events import ScheduleRecord
 from ..names import Names, checkpoint_msg_id
-from ..seam import RunPayload
+from ..ports.checkpoints import (
+    SCHEMA,
+    CheckpointHead,
+    CheckpointRow,
+    CheckpointUnusable,
+    Entry,
+)
 from .errors import Conflict
 from .event_store import StoredMessage
 
 log = logging.getLogger(__name__)
-
-SCHEMA = 1
-"""The layout of a checkpoint's rows; a head of another schema is not loaded."""
 
 PART_BYTES = 256 * 1024
 """About this many bytes of rows per part (a part is one message: well under the server's
@@ -59,64 +62,6 @@ PART_ROWS = 5_000
 
 ROW_FRAME_BYTES = 64
 """More than a row's MessagePack takes besides its texts: sequence, flags, numbers, time."""
-
-
-class CheckpointHead(msgspec.Struct, frozen=True, kw_only=True):
-    """What a checkpoint is (``nats stream get P_CHECKPOINTS --last-for P.checkpoint.head``)."""
-
-    schema: int = SCHEMA
-    id: str
-    schedules_seq: int
-    """Every Schedule event up to this sequence is in it."""
-    schedules_created: str
-    """When the Schedule stream it was taken from was created: a stream made again (its
-    sequences start over) makes every older checkpoint worthless."""
-    parts: int
-    schedules: int
-    written_at: datetime
-    by: str
-
-
-class CheckpointRow(msgspec.Struct, frozen=True, array_like=True, gc=False):
-    """One Schedule in a checkpoint: its record, flattened, and its event's sequence.
-
-    Flattened, not the record itself: a MessagePack array without field names is a third
-    of the record's size, and a checkpoint's layout is its own (``SCHEMA``), apart from
-    the events' JSON."""
-
-    seq: int
-    deployment_id: str
-    name: str | None
-    """None when it equals the deployment ID (most do): not stored twice."""
-    cron: str
-    timezone: str
-    enabled: bool
-    target: str
-    prompt: str
-    version: int
-    deleted: bool
-    updated_at: datetime
-    hold: Hold | None = None
-
-    @classmethod
-    def of(cls, seq: int, record: ScheduleRecord) -> CheckpointRow:
-        payload = record.payload
-        return cls(seq, record.deployment_id,
-                   None if record.name == record.deployment_id else record.name,
-                   record.cron, record.timezone, record.enabled, payload.target,
-                   payload.prompt, record.version, record.deleted, record.updated_at,
-                   record.hold)
-
-    def record(self) -> ScheduleRecord:
-        return ScheduleRecord(
-            deployment_id=self.deployment_id, name=self.name or self.deployment_id,
-            cron=self.cron, timezone=self.timezone, enabled=self.enabled,
-            payload=RunPayload(self.target, self.prompt), version=self.version,
-            deleted=self.deleted, hold=self.hold, updated_at=self.updated_at)
-
-
-class CheckpointUnusable(Exception):
-    """A checkpoint that cannot be loaded whole (a part missing or not decodable)."""
 
 
 class CheckpointStore(Protocol):
@@ -137,6 +82,8 @@ class CheckpointStore(Protocol):
     async def purge_subject(self, stream: str, subject: str, *,
                             before_seq: int | None = None) -> None: ...
 
+    async def created(self, stream: str) -> str: ...
+
 
 _encode_head = msgspec.json.Encoder().encode
 _decode_head = msgspec.json.Decoder(CheckpointHead).decode
@@ -151,16 +98,6 @@ def _row_bytes(record: ScheduleRecord) -> int:
              + len(payload.target) + len(payload.prompt)
              + (0 if record.name == record.deployment_id else len(record.name)))
     return ROW_FRAME_BYTES + 4 * chars
-
-
-class Entry(Protocol):
-    """One Schedule as the table holds it (``ScheduleTable.entries``)."""
-
-    @property
-    def seq(self) -> int: ...
-
-    @property
-    def record(self) -> ScheduleRecord: ...
 
 
 def parts_of(entries: Sequence[Entry]) -> Iterator[list[CheckpointRow]]:
@@ -182,11 +119,14 @@ def parts_of(entries: Sequence[Entry]) -> Iterator[list[CheckpointRow]]:
 
 
 class Checkpoints:
-    """Write a checkpoint of the Schedule table, and find and read the newest one."""
+    """The checkpoints port over the ``P_CHECKPOINTS`` stream (see the module docstring)."""
 
     def __init__(self, store: CheckpointStore) -> None:
         self._store = store
         self._names = store.names
+
+    async def journal_created(self) -> str:
+        return await self._store.created(self._names.schedules_stream)
 
     async def latest(self) -> tuple[int, CheckpointHead] | None:
         """The newest checkpoint's head with its sequence, or None (none, or not ours)."""

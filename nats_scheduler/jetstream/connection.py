@@ -33,6 +33,7 @@ from nats.protocol.parser import AUTHORIZATION_VIOLATION
 
 from ..seam import SchedulerConfigurationError, SchedulerError, SchedulerUnavailable
 from ..settings import NatsSettings
+from . import errors
 
 ErrorCallback = Callable[[Exception], Awaitable[None]]
 Callback = Callable[[], Awaitable[None]]
@@ -52,10 +53,6 @@ server's text, not as ``AuthorizationError`` (nats-io/nats.py ``nats/aio/client.
 ``Client._process_connect_init``, "FIXME: ... checking for ErrAuthorization"), so there,
 and only there, the text is all there is to recognise.
 """
-
-_JS_NOT_ENABLED = frozenset({10039, 10076})
-"""JetStream API error codes: not enabled for the account / not enabled on the server."""
-
 
 # =========================================================================== classifying
 
@@ -337,7 +334,7 @@ def jetstream_off(exc: BaseException) -> bool:
     if isinstance(exc, nats.js.errors.ServiceUnavailableError) and exc.code is None \
             and exc.err_code is None:
         return True
-    return isinstance(exc, nats.js.errors.APIError) and exc.err_code in _JS_NOT_ENABLED
+    return errors.is_jetstream_disabled(exc)
 
 
 async def check_server(nc: Client, js: JetStreamContext) -> None:

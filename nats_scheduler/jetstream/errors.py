@@ -23,15 +23,8 @@ from enum import IntEnum
 import nats.errors
 import nats.js.errors
 
+from ..ports.runs import Conflict as Conflict  # raised here, named in the port
 from ..seam import SchedulerUnavailable
-
-
-class Conflict(Exception):
-    """Another writer appended to the subject first (JetStream error 10071 or 10164)."""
-
-    def __init__(self, subject: str) -> None:
-        super().__init__(subject)
-        self.subject = subject
 
 
 class EngineError(IntEnum):
@@ -62,6 +55,12 @@ class EngineError(IntEnum):
     """JSStorageResourcesExceededErr: no storage left for what was asked."""
     ACCOUNT_RESOURCES_EXCEEDED = 10002
     """JSAccountResourcesExceededErr: the account's JetStream limits are reached."""
+    ATOMIC_BATCH_DISABLED = 10174
+    """JSAtomicPublishDisabledErr: an atomic batch sent to a stream without ``allow_atomic``."""
+    NOT_ENABLED_FOR_ACCOUNT = 10039
+    """JSNotEnabledForAccountErr: the account has no JetStream."""
+    NOT_ENABLED = 10076
+    """JSNotEnabledErr: the server runs without JetStream."""
     DUPLICATE_MESSAGE_IN_PROCESS = 10158
     """JSStreamDuplicateMessageConflict: a message with the same Nats-Msg-Id is still
     being proposed on a clustered stream (another replica firing the same due time, or our
@@ -147,6 +146,18 @@ def unanswered(exc: BaseException) -> bool:
     return (isinstance(exc, nats.js.errors.APIError)
             and _code(exc) in (EngineError.CLUSTER_NOT_AVAILABLE,
                                EngineError.DUPLICATE_MESSAGE_IN_PROCESS))
+
+
+def is_atomic_disabled(exc: BaseException) -> bool:
+    """Whether ``exc`` refused an atomic batch because the stream does not take them."""
+    return (isinstance(exc, nats.js.errors.APIError)
+            and _code(exc) == EngineError.ATOMIC_BATCH_DISABLED)
+
+
+def is_jetstream_disabled(exc: BaseException) -> bool:
+    """Whether ``exc`` says the account or the server has no JetStream (error codes)."""
+    return (isinstance(exc, nats.js.errors.APIError) and _code(exc) in (
+        EngineError.NOT_ENABLED_FOR_ACCOUNT, EngineError.NOT_ENABLED))
 
 
 def is_not_found(exc: BaseException) -> bool:

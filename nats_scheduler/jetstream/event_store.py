@@ -108,10 +108,18 @@ class HistoryStore(Protocol):
         """The retention settings live here (``retention_days``, ``retention_runs``)."""
         ...
 
-    async def publish(self, subject: str, data: bytes, *, msg_id: str) -> int: ...
+    async def append(self, subject: str, data: bytes, *, expected_seq: int, msg_id: str,
+                     retry_seconds: float | None = None) -> tuple[int, bool]:
+        """A conditional append (:meth:`EventLog.append`): the index writer's compare-and-set."""
+        ...
 
     async def publish_batched(self, stream: str,
                               messages: Sequence[Outgoing]) -> list[Ack | Exception]: ...
+
+    async def publish_atomic(self, stream: str,
+                             messages: Sequence[Outgoing]) -> list[Ack] | Exception:
+        """One atomic batch: an acknowledgement per message, or the whole batch's failure."""
+        ...
 
     async def direct_batch(self, stream: str, request: dict[str, object]) -> list[Msg]: ...
 

@@ -1,16 +1,12 @@
-"""The Run history: pages of a deployment's Runs read from the server, and its retention.
+"""The Run history: its index entries, the Runs' states, and its retention.
 
 No process holds the history in memory (docs/architecture.md, "History and retention").
 Each Run gets one small entry on its deployment's index subject (``P.runidx.<deployment>``)
-before its ``run.created`` is appended. The index stream's limits ARE the retention: the
-server keeps the newest ``retention_runs`` entries per deployment, none older than
-``retention_days``. A Run is retained while its entry is, or while it is unfinished;
-:meth:`RunHistory.enforce` purges the events of finished Runs that fell out.
-
-A page (:meth:`RunHistory.page`) is at most a few round trips, whatever the history's length:
-the index entries of a time window ending at the cursor (a batched direct get, ADR-31,
-starting at a time), widened until it holds a page, then the Runs' current states
-(one batched "last message per subject" read).
+before its ``run.created`` is appended, in the Runs' own order (:mod:`.history_writes`).
+The index stream's limits ARE the retention: the server keeps the newest ``retention_runs``
+entries per deployment, none older than ``retention_days``. A Run is retained while its
+entry is, or while it is unfinished; :meth:`RunHistory.enforce` purges the events of
+finished Runs that fell out. Pages of ``list_runs`` are read by :mod:`.history_reads`.
 """
 
 from __future__ import annotations
@@ -23,15 +19,17 @@ from nats.aio.msg import Msg
 
 from ..core.events import RunRecord, decode_run_event
 from ..names import (
-    HDR_MSG_ID,
     HDR_NUM_PENDING,
     HDR_SEQUENCE,
     HDR_SUBJECT,
     HDR_TIME_STAMP,
-    index_msg_id,
     untoken,
 )
+from ..ports.history import Indexed, IndexEntry, IndexPosition
 from .event_store import HistoryStore
+from .history_writes import IndexWriter, decode_entry
+
+__all__ = ["IndexEntry", "IndexPosition", "RunHistory"]
 
 SLACK = timedelta(seconds=60)
 """How far the server's storing time of an index entry may be from its Run's ``created_at``
@@ -49,31 +47,11 @@ MAX_SUBJECTS = 1000
 matches more than 1,024 subjects ("413 Too Many Results"), wildcards included."""
 
 
-class IndexEntry(msgspec.Struct, frozen=True):
-    """One Run in its deployment's history index."""
-
-    run_id: str
-    created_at: datetime
-
-    @property
-    def key(self) -> tuple[datetime, str]:
-        """The history's order: ``created_at``, then ``run_id``."""
-        return (self.created_at, self.run_id)
-
-
-_encode = msgspec.json.Encoder().encode
-_decode_entry = msgspec.json.Decoder(IndexEntry).decode
-
-
 class _Stored(msgspec.Struct, frozen=True):
     entry: IndexEntry
     seq: int
     stored_at: datetime
     pending: int
-
-
-def _run_key(record: RunRecord) -> tuple[datetime, str]:
-    return (record.created_at, record.run_id)
 
 
 def _iso(instant: datetime) -> str:
@@ -90,7 +68,7 @@ def _stored_at(msg: Msg) -> datetime:
 def _index_entry(msg: Msg) -> _Stored | None:
     headers = msg.headers or {}
     try:
-        entry = _decode_entry(msg.data)
+        entry = decode_entry(msg.data)
     except msgspec.DecodeError:
         return None  # not ours: never let a foreign message break a page
     return _Stored(entry, int(headers.get(HDR_SEQUENCE, 0)), _stored_at(msg),
@@ -103,6 +81,7 @@ class RunHistory:
     def __init__(self, store: HistoryStore) -> None:
         self._store = store
         self._names = store.names
+        self._writer = IndexWriter(store)
         settings = store.settings
         self.retention_age = timedelta(days=settings.retention_days)
         self.retention_runs = settings.retention_runs
@@ -113,24 +92,16 @@ class RunHistory:
 
     # ------------------------------------------------------------------ writing
 
-    async def announce(self, record: RunRecord) -> int:
-        """Write the Run's index entry (before its ``run.created``; repeats are one entry).
+    async def announce(self, record: RunRecord) -> IndexPosition:
+        """Write the Run's index entry (before its ``run.created``), in the history's order
+        (:mod:`.history_writes`): its sequence and the key the Run must take. Repeats are
+        one entry: a Run announced before keeps its entry and key."""
+        return await self._writer.announce(record)
 
-        Returns its sequence: a repeat within the duplicate window gets the first one's."""
-        entry = IndexEntry(run_id=record.run_id, created_at=record.created_at)
-        return await self._store.publish(self._names.index_subject(record.deployment_id),
-                                         _encode(entry), msg_id=index_msg_id(record.run_id))
-
-    async def announce_many(self, records: Sequence[RunRecord]) -> list[int | Exception]:
-        """:meth:`announce` for many Runs at once (one atomic batch, split into pipelined
-        publishes when refused: a repeat's Msg-Id refuses the whole batch; per-Run results)."""
-        names = self._names
-        acks = await self._store.publish_batched(names.index_stream, [
-            (names.index_subject(record.deployment_id),
-             _encode(IndexEntry(run_id=record.run_id, created_at=record.created_at)),
-             {HDR_MSG_ID: index_msg_id(record.run_id)})
-            for record in records])
-        return [ack if isinstance(ack, Exception) else ack.seq for ack in acks]
+    async def announce_many(self, records: Sequence[RunRecord]
+                            ) -> list[IndexPosition | Exception]:
+        """:meth:`announce` for many Runs at once (per-Run results)."""
+        return await self._writer.announce_many(records)
 
     # ------------------------------------------------------------------ reading
 
@@ -144,29 +115,6 @@ class RunHistory:
         msgs = await self._store.direct_batch(self._names.index_stream, {
             "next_by_subj": self._names.index_subject(deployment_id), "batch": 1})
         return _index_entry(msgs[0]) if msgs else None
-
-    async def _window(
-        self, deployment_id: str, lo: int, hi: int, gap: float
-    ) -> list[_Stored]:
-        """Every entry of the deployment at index sequences ``lo`` up to (excluding) ``hi``.
-
-        A batched read has no upper sequence, so each asks for about as many entries as the
-        range holds (``gap``: index sequences per entry of this deployment) and reads on
-        while the last one is still inside it.
-        """
-        subject = self._names.index_subject(deployment_id)
-        found: list[_Stored] = []
-        seq = max(lo, 1)
-        while seq < hi:
-            expected = min(MAX_BATCH, int((hi - seq) / max(gap, 1.0) * 1.25) + SPARE)
-            msgs = await self._store.direct_batch(self._names.index_stream, {
-                "seq": seq, "next_by_subj": subject, "batch": expected})
-            batch = [s for s in map(_index_entry, msgs) if s is not None]
-            found.extend(s for s in batch if s.seq < hi)
-            if len(msgs) < expected or not batch or batch[-1].seq >= hi:
-                break
-            seq = batch[-1].seq + 1
-        return found
 
     async def states(self, runs: Iterable[tuple[str, str]]) -> dict[str, tuple[int, RunRecord]]:
         """The current ``(sequence, state)`` of each ``(deployment_id, run_id)``, by Run ID.
@@ -194,43 +142,20 @@ class RunHistory:
                 found[record.run_id] = (seq, record)
         return found
 
-    async def page(
-        self, deployment_id: str, limit: int, before: RunRecord | None
-    ) -> list[RunRecord]:
-        """Up to ``limit`` retained Runs, newest first, older than ``before`` when given.
-
-        Windows are ranges of the index's own sequence, ending at the cursor and widened
-        until they hold a page; their first width comes from the deployment's share of the
-        index, so a page is a few reads whatever the history's length, and no clock decides
-        which entries are read (the writers' clocks only order Runs within a page).
-        """
-        first = await self._first(deployment_id)
-        last = await self._last(deployment_id)
-        if first is None or last is None:
-            return []
-        cursor_key = (before.created_at, before.run_id) if before is not None else None
-        hi = await self._window_end(deployment_id, before, last)
-        gap = (last.seq - first.seq) / max(first.pending, 1)  # index sequences per entry
-        width = max(limit + SPARE, int(1.25 * (limit + SPARE) * gap))
+    async def entries(self, deployment_id: str) -> list[Indexed]:
+        """Every retained entry of the deployment, oldest first (a thousand per read; for
+        the invariant checker, which judges pages against the whole index)."""
+        subject = self._names.index_subject(deployment_id)
+        found: list[Indexed] = []
+        seq = 1
         while True:
-            lo = max(first.seq, hi - width)
-            entries = {s.entry.run_id: s.entry
-                       for s in await self._window(deployment_id, lo, hi, gap)}
-            candidates = sorted((e for e in entries.values()
-                                 if cursor_key is None or e.key < cursor_key),
-                                key=lambda e: e.key, reverse=True)
-            reached_start = lo <= first.seq
-            if len(candidates) >= limit or reached_start:
-                wanted = candidates[:limit + SPARE]
-                states = await self.states((deployment_id, e.run_id) for e in wanted)
-                # The order is the Runs' own (created_at, run_id): an entry is written a
-                # moment before its Run, so the two keys may differ by that moment.
-                runs = sorted((states[e.run_id][1] for e in wanted if e.run_id in states),
-                              key=_run_key, reverse=True)
-                page = [r for r in runs if cursor_key is None or _run_key(r) < cursor_key]
-                if len(page) >= limit or reached_start:
-                    return page[:limit]
-            width *= 4
+            msgs = await self._store.direct_batch(self._names.index_stream, {
+                "seq": seq, "next_by_subj": subject, "batch": MAX_BATCH})
+            found.extend(Indexed(s.seq, s.entry) for s in map(_index_entry, msgs)
+                         if s is not None)
+            if len(msgs) < MAX_BATCH:
+                return found
+            seq = int((msgs[-1].headers or {}).get(HDR_SEQUENCE, 0)) + 1
 
     async def _last(self, deployment_id: str) -> _Stored | None:
         """The deployment's newest entry."""
@@ -416,19 +341,3 @@ class RunHistory:
         if msgs:
             return int((msgs[0].headers or {}).get(HDR_SEQUENCE, 0))
         return await self._store.last_seq(self._names.runs_stream) + 1
-
-
-def retention_slice(deployments: Sequence[str], cursor: int, interval: float,
-                    round_seconds: float) -> tuple[list[str], int]:
-    """The deployments one retention pass visits, and where the next pass starts.
-
-    Passes every ``interval`` seconds visit consecutive slices so that every deployment is
-    visited at least once per ``round_seconds`` (all of them each pass when the interval is
-    that long or longer).
-    """
-    if not deployments:
-        return [], 0
-    passes = max(1, int(round_seconds // interval)) if interval < round_seconds else 1
-    size = -(-len(deployments) // passes)  # ceil
-    start = cursor if cursor < len(deployments) else 0
-    return list(deployments[start:start + size]), start + size

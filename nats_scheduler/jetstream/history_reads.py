@@ -21,21 +21,35 @@ read-only, and :mod:`nats_scheduler.projections.reads` merges what this process 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 import msgspec
 
 from ..core import validation
 from ..core.events import RunRecord, decode_run_event
+from ..ports.history import IndexEntry, Page
 from .direct import Answer, Request
 from .event_store import HistoryStore
-from .history import SPARE, IndexEntry, RunHistory, _index_entry, _Stored
+from .history import SPARE, RunHistory, _index_entry, _Stored
+from .history_writes import decode_entry
 
 MAX_WINDOW = 1000
 """Index entries one window read asks for."""
 
-_decode_entry = msgspec.json.Decoder(IndexEntry).decode
+LEGACY_SLACK = timedelta(minutes=2)
+"""How far an index entry of a release before 0.2 may be from its Run's own key, and from
+the order of the entries stored around it: those releases stamped the entry with the instant
+a firing's Schedule read was proven and the Run with the instant of its create (seconds
+apart under load, at most the firing's retry time), each on its own replica's clock."""
+
+_LAST = "\U0010ffff"
+"""Sorts after every Run ID: the upper end of the keys of one instant."""
+
+_NONE = (datetime.min.replace(tzinfo=UTC), "")
+"""Sorts before every key."""
+
 
 
 def _key(record: RunRecord) -> tuple[datetime, str]:
@@ -57,13 +71,14 @@ class HistoryPages:
     async def page(
         self, deployment_id: str, limit: int, before: str | None,
         known_cursor: RunRecord | None, now: datetime,
-    ) -> tuple[list[RunRecord], RunRecord | None]:
-        """Up to ``limit`` retained Runs, newest first, older than the Run ``before``; and
-        the cursor Run read.
+    ) -> Page:
+        """Up to ``limit`` retained Runs, newest first, older than the Run ``before``; the
+        cursor Run read, and where the retained history begins.
 
         ``known_cursor`` is this process's own state of ``before`` (read-your-writes), when
-        it holds one. Raises KeyError when ``before`` is not a retained Run of the
-        deployment.
+        it holds one. Raises KeyError when ``before`` is not a Run of the deployment. A
+        cursor that left the history while a reader paged (retention drops the oldest
+        first) gives an empty page: every Run older than it left before it.
         """
         names = self._names
         usable = validation.usable_id(deployment_id)
@@ -74,7 +89,7 @@ class HistoryPages:
                 known_cursor.deployment_id != deployment_id):
             raise KeyError(before)
         if not usable:
-            return [], None
+            return Page([], None, None)
         index = names.index_subject(deployment_id)
         requests: list[Request] = [
             (names.index_stream, {"next_by_subj": index, "batch": 1}),
@@ -86,6 +101,7 @@ class HistoryPages:
         answers = await self._read(requests)
         first = _one_entry(answers[0])
         last = _one_entry(answers[1])
+        oldest = None if first is None else first.seq
         cursor = known_cursor
         if before is not None:
             if cursor is None:
@@ -93,10 +109,10 @@ class HistoryPages:
             if cursor is None or cursor.deployment_id != deployment_id or cursor.run_id != before:
                 raise KeyError(before)
             if not await self._retained(cursor, first, now):
-                raise KeyError(before)
+                return Page([], cursor, oldest)
         if first is None or last is None:
-            return [], cursor
-        return await self._page(deployment_id, limit, cursor, first, last), cursor
+            return Page([], cursor, oldest)
+        return Page(await self._page(deployment_id, limit, cursor, first, last), cursor, oldest)
 
     async def _leader_cursor(self, run_id: str) -> RunRecord | None:
         """The cursor Run as the leader has it: a follower may not have it yet."""
@@ -120,47 +136,102 @@ class HistoryPages:
         self, deployment_id: str, limit: int, cursor: RunRecord | None,
         first: _Stored, last: _Stored,
     ) -> list[RunRecord]:
-        """Windows of the index's own sequence ending at the cursor, widened until they hold
-        a page; their first width comes from the deployment's share of the index (as in
-        :meth:`RunHistory.page`, whose order and cursor rules this keeps)."""
+        """Windows of the index's own sequence ending at the cursor's entry, widened until
+        they hold a page; their first width comes from the deployment's share of the index.
+
+        Entries written since 0.2 are in the Runs' order (jetstream/history_writes.py): a
+        page is the newest Runs of the entries before the cursor's. Older entries may be
+        out of order, and off their Run's key, by up to :data:`LEGACY_SLACK`: when a window
+        holds one, the entries stored after the cursor's are read too, as far as that
+        tolerance reaches, and every entry that may hold a Run of the page is read.
+        """
         cursor_key = _key(cursor) if cursor is not None else None
         hi = await self._history._window_end(deployment_id, cursor, last)
         gap = (last.seq - first.seq) / max(first.pending, 1)  # index sequences per entry
         width = max(limit + SPARE, int(1.25 * (limit + SPARE) * gap))
-        entries: dict[str, IndexEntry] = {}
+        entries: list[IndexEntry] = []
         states: dict[str, RunRecord | None] = {}
-        read_from = hi
+        read_from, ahead = hi, cursor is None
         while True:
             lo = max(first.seq, hi - width)
             if lo < read_from:
                 await self._window(deployment_id, lo, read_from, gap, entries)
                 read_from = lo
-            candidates = sorted((e for e in entries.values()
-                                 if cursor_key is None or e.key < cursor_key),
-                                key=lambda e: e.key, reverse=True)
-            reached_start = lo <= first.seq
-            if len(candidates) >= limit or reached_start:
-                wanted = candidates[:limit + SPARE]
-                await self._states(deployment_id,
-                                   [e.run_id for e in wanted if e.run_id not in states], states)
-                # The order is the Runs' own (created_at, run_id): an entry is written a
-                # moment before its Run, so the two keys may differ by that moment.
-                runs = sorted((r for e in wanted if (r := states.get(e.run_id)) is not None),
-                              key=_key, reverse=True)
-                page = [r for r in runs if cursor_key is None or _key(r) < cursor_key]
-                if len(page) >= limit or reached_start:
-                    return page[:limit]
+            legacy = not all(e.ordered for e in entries)
+            if legacy and not ahead:
+                assert cursor is not None
+                await self._ahead(deployment_id, hi, last.seq,
+                                  cursor.created_at + LEGACY_SLACK, entries)
+                ahead = True
+            page = await self._choose(deployment_id, entries, cursor_key, limit,
+                                      legacy, lo <= first.seq, states)
+            if page is not None:
+                return page
             width *= 4
 
+    async def _choose(
+        self, deployment_id: str, entries: list[IndexEntry],
+        cursor_key: tuple[datetime, str] | None, limit: int, legacy: bool,
+        reached_start: bool, states: dict[str, RunRecord | None],
+    ) -> list[RunRecord] | None:
+        """The page, if the entries read are enough to decide it; None: read further back.
+
+        A Run is placed by its own key, read from its state: an entry only says which Runs
+        to read, and how new they may be. The newest candidates are read first, in rounds
+        of about a page, until no unread candidate can outrank the page's last Run, nor
+        any entry before the window.
+        """
+        bounds: dict[str, tuple[datetime, str]] = {}
+        for entry in entries:
+            if entry.ordered:
+                low = high = entry.key
+            else:
+                low = (entry.created_at - LEGACY_SLACK, "")
+                high = (entry.created_at + LEGACY_SLACK, _LAST)
+            if cursor_key is not None and low >= cursor_key:
+                continue  # its Run is the cursor or newer
+            if high > bounds.get(entry.run_id, _NONE):
+                bounds[entry.run_id] = high
+        candidates = sorted(bounds, key=bounds.__getitem__, reverse=True)
+        # The newest a Run of an entry before the window may be: older than the oldest
+        # entry read when entries are in order; within the tolerance of the oldest stamp
+        # read when they are not.
+        if not entries:
+            floor = None
+        elif legacy:
+            floor = (min(e.created_at for e in entries) + LEGACY_SLACK, _LAST)
+        else:
+            floor = min(e.key for e in entries)
+        taken = 0
+        while True:
+            runs = sorted((r for run_id in candidates[:taken]
+                           if (r := states.get(run_id)) is not None
+                           and (cursor_key is None or _key(r) < cursor_key)),
+                          key=_key, reverse=True)
+            if len(runs) >= limit:
+                kth = _key(runs[limit - 1])
+                # every unread candidate that may still outrank the page's last Run
+                wanted = list(itertools.takewhile(lambda i, kth=kth: bounds[i] >= kth,
+                                                  candidates[taken:]))
+                if not wanted:
+                    done = reached_start or (floor is not None and floor <= kth)
+                    return runs[:limit] if done else None
+            elif taken >= len(candidates):
+                return runs if reached_start else None
+            else:
+                wanted = candidates[taken:taken + limit - len(runs) + SPARE]
+            await self._states(deployment_id, [i for i in wanted if i not in states], states)
+            taken += len(wanted)
+
     async def _window(
-        self, deployment_id: str, lo: int, hi: int, gap: float, into: dict[str, IndexEntry]
+        self, deployment_id: str, lo: int, hi: int, gap: float, into: list[IndexEntry]
     ) -> None:
         """Add the deployment's entries from index sequence ``lo`` on, up to about ``hi``.
 
         Read without headers, so an entry's own sequence is not known: each read asks for
         about as many entries as the range holds (``gap``: index sequences per entry) and
         reads on from the answer's last sequence while that is still inside the range. An
-        entry past ``hi`` may join: the cursor's key, not its sequence, decides a page.
+        entry past ``hi`` may join: Runs are placed by their keys, not their sequences.
         """
         subject = self._names.index_subject(deployment_id)
         seq = max(lo, 1)
@@ -168,13 +239,26 @@ class HistoryPages:
             expected = min(MAX_WINDOW, int((hi - seq) / max(gap, 1.0) * 1.25) + SPARE)
             (answer,) = await self._read([(self._names.index_stream, {
                 "seq": seq, "next_by_subj": subject, "batch": expected, "no_hdr": True})])
-            for msg in answer.messages:
-                try:
-                    entry = _decode_entry(msg.data)
-                except msgspec.DecodeError:
-                    continue  # not ours: never let a foreign message break a page
-                into[entry.run_id] = entry
+            into.extend(_entries(answer))
             if len(answer.messages) < expected or not answer.last_seq:
+                return
+            seq = answer.last_seq + 1
+
+    async def _ahead(
+        self, deployment_id: str, seq: int, end: int, until: datetime,
+        into: list[IndexEntry],
+    ) -> None:
+        """Add the entries stored from index sequence ``seq`` on, until one is stamped after
+        ``until`` or the deployment's last (at ``end``) is read: among entries of older
+        releases, a Run stored after the cursor's may still be older than it."""
+        subject = self._names.index_subject(deployment_id)
+        while seq <= end:
+            (answer,) = await self._read([(self._names.index_stream, {
+                "seq": seq, "next_by_subj": subject, "batch": MAX_WINDOW, "no_hdr": True})])
+            fresh = _entries(answer)
+            into.extend(fresh)
+            if (len(answer.messages) < MAX_WINDOW or not answer.last_seq
+                    or any(e.created_at > until for e in fresh)):
                 return
             seq = answer.last_seq + 1
 
@@ -195,6 +279,17 @@ class HistoryPages:
             into[run_id] = record if record is not None and record.run_id == run_id else None
 
 
+def _entries(answer: Answer) -> list[IndexEntry]:
+    """The index entries of a headerless batch, in the order stored."""
+    entries = []
+    for msg in answer.messages:
+        try:
+            entries.append(decode_entry(msg.data))
+        except msgspec.DecodeError:
+            continue  # not ours: never let a foreign message break a page
+    return entries
+
+
 def _one_entry(answer: Answer) -> _Stored | None:
     return _index_entry(answer.messages[0]) if answer.messages else None
 
@@ -206,3 +301,16 @@ def _one_run(answer: Answer) -> RunRecord | None:
         return decode_run_event(answer.messages[0].data).run
     except msgspec.DecodeError:
         return None  # not an event of ours: never let it break a read
+
+
+class PagedHistory(RunHistory):
+    """The Run history port over JetStream: the index, its retention (:class:`RunHistory`)
+    and its pages (:class:`HistoryPages`)."""
+
+    def __init__(self, store: HistoryStore) -> None:
+        super().__init__(store)
+        self._pages = HistoryPages(self)
+
+    async def page(self, deployment_id: str, limit: int, before: str | None,
+                   known_cursor: RunRecord | None, now: datetime) -> Page:
+        return await self._pages.page(deployment_id, limit, before, known_cursor, now)

@@ -37,7 +37,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
 from typing import TypeVar
@@ -48,59 +47,30 @@ import nats.js.errors
 from nats.aio.msg import Msg
 
 from ..clock import Clock
-from ..core.events import RunRecord
 from ..names import (
     HDR_EXPECTED_LAST_SUBJECT_SEQUENCE,
     HDR_KV_OPERATION,
     HDR_MARKER_REASON,
     HDR_TTL,
 )
+from ..ports.leases import FREE, Claimed, Lease, LeaseValue
 from . import errors
 from .event_store import LeaseStore
+
+__all__ = ["FREE", "Claimed", "Lease", "LeaseValue", "Leases"]
 
 log = logging.getLogger(__name__)
 
 
-class LeaseValue(msgspec.Struct, frozen=True, kw_only=True):
-    """The JSON stored under a lease key (readable with ``nats kv get``)."""
-
-    run_id: str
-    holder: str
-    expires_at: datetime
-    acquired_at: datetime
-
-
-@dataclass(frozen=True)
-class Lease:
-    """A lease this process holds: the key's revision is the proof."""
-
-    run_id: str
-    key: str
-    revision: int
-    value: LeaseValue
-
-
-@dataclass(frozen=True)
-class Claimed:
-    """A Run this process just stored, claimed by the lease it opened when announcing it.
-
-    Handed to :meth:`Dispatcher.submit` so the first attempt starts at once: no lease to take
-    and no read of the Run just written (docs/architecture.md, "Firing at scale").
-    """
-
-    lease: Lease
-    seq: int
-    record: RunRecord
-
+READ_GAP = 0.5
+"""Lease lengths without a read of a lease after which its unchanged revision counts as
+first seen again (see :meth:`Leases.expired`)."""
 
 _PRUNE_ABOVE = 10_000
 """Observed leases kept before the ones not read for a while are forgotten."""
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(LeaseValue).decode
-
-FREE = ""
-"""The holder of a lease given back unfinished: the Run stays open, and is anyone's to take."""
 
 CLOSED_MARKER_TTL = 10.0
 """Seconds the purge marker of a key closed by :meth:`Leases.forget` lives."""
@@ -225,7 +195,11 @@ class Leases:
     def _observe(self, run_id: str, revision: int) -> None:
         now = self._elapsed()
         seen = self._seen.get(run_id)
-        first = now if seen is None or seen[0] != revision else seen[1]
+        # A revision this process could not read for a while (the store did not answer, or
+        # it did not look) counts again from now: its holder could not renew meanwhile
+        # either, and must get a lease length to (simulation seed 622).
+        first = (now if seen is None or seen[0] != revision
+                 or now - seen[2] > self.lease_seconds * READ_GAP else seen[1])
         self._seen[run_id] = (revision, first, now)
         if len(self._seen) > _PRUNE_ABOVE and now - self._pruned_at > self.lease_seconds:
             self._prune(now)
@@ -241,7 +215,10 @@ class Leases:
         """Whether ``value`` (as :meth:`current` just read it) is no longer renewed.
 
         True once its revision has not changed for a lease length of this process's elapsed
-        time (see the module docstring); wall clocks, the holder's or ours, play no part.
+        time (see the module docstring); wall clocks, the holder's or ours, play no part. A
+        revision this process did not read for half a lease (the store did not answer) counts
+        from its next read: after an outage the holder gets a lease length to renew, rather
+        than losing its Run to the first replica to look (``READ_GAP``).
         """
         if value.holder == FREE:
             return True  # given back unfinished (a drain): anyone may take it at once

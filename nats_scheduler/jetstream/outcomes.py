@@ -1,32 +1,8 @@
-"""What the Run log's writes answer, named: an announcement, a stored Run.
-
-Plain tuples once (``(int | None, Lease | None)``, ``(int, RunRecord, bool)``), read by
-position in the firing, the provider and the dispatcher; named here so that a reader of
-``runtime/firing.py`` sees what each part is. Both are tuples still, so unpacking works.
-"""
+"""What the Run log's writes answer (:class:`~nats_scheduler.ports.runs.Announcement`,
+:class:`~nats_scheduler.ports.runs.Stored`): named in the Run journal's port."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from ..ports.runs import Announcement, Stored
 
-from ..core.events import RunRecord
-from .leases import Lease
-
-
-class Announcement(NamedTuple):
-    """A Run's history entry and open key, written before its ``run.created``."""
-
-    index_seq: int | None
-    """The history entry's sequence (the same for every announcer); None without history."""
-    lease: Lease | None
-    """The creator's lease when THIS announcement opened the key, else None."""
-
-
-class Stored(NamedTuple):
-    """A Run as a create found it in the store."""
-
-    seq: int
-    """The sequence of its stored state."""
-    run: RunRecord
-    created: bool
-    """Whether THIS call stored it (else another writer did, and ``run`` is theirs)."""
+__all__ = ["Announcement", "Stored"]

@@ -49,7 +49,9 @@ from nats.js.kv import KeyValue
 from ..clock import Clock, SystemClock
 from ..core.serverclock import MAX_ROUND_TRIP, Sample
 from ..names import Names
+from ..ports.replicas import RegistryRefused
 from ..tasks import cancel_and_wait
+from .errors import is_transient
 
 log = logging.getLogger(__name__)
 
@@ -329,3 +331,27 @@ def _bounded_put(pending: dict[int, _V], revision: int, value: _V) -> None:
     pending[revision] = value
     while len(pending) > PENDING_BEATS:
         del pending[next(iter(pending))]
+
+
+class JetStreamReplicas:
+    """The live replicas port over the replicas bucket (:class:`Presence` per replica)."""
+
+    def __init__(self, js: JetStreamContext, names: Names, *, replicas: int) -> None:
+        self._js = js
+        self._names = names
+        self._replicas = replicas
+
+    async def open(self, identity: str, *, clock: Clock,
+                   on_sample: Callable[[Sample], None] | None = None,
+                   wall: Callable[[], float] | None = None) -> Presence:
+        """Bind the bucket (creating it on first use) for ``identity``; not started.
+        ``RegistryRefused`` when the server answers no (an error that is no time-out nor a
+        passing trouble: a configuration without the bucket)."""
+        try:
+            return await Presence.open(self._js, self._names, identity,
+                                       replicas=self._replicas, clock=clock,
+                                       on_sample=on_sample, wall=wall or time.time)
+        except nats.js.errors.APIError as exc:
+            if is_transient(exc):
+                raise
+            raise RegistryRefused(str(exc) or type(exc).__name__) from exc

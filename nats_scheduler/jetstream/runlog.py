@@ -15,36 +15,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Protocol
+from datetime import datetime
 
 from ..core.events import RunCreated, RunEventType, RunRecord, decode_run_event, encode
 from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_MSG_ID, run_event_msg_id
+from ..ports.runs import Announcement, RunProjection, Stored
 from . import errors
 from .acks import Outgoing
 from .errors import Conflict
-from .event_store import EventLog
-from .history import RunHistory
+from .event_store import EventStore
+from .follower import Follower
+from .history import IndexPosition, RunHistory
 from .leases import Lease, Leases
-from .outcomes import Announcement, Stored
 
 OWN_WRITES_KEPT = 100_000
 """Own writes remembered until the follower delivers them back (then forgotten)."""
 
 OnRefused = Callable[[int, str, Exception], None]
 """Told of a followed event the projection refused: (sequence, subject, why)."""
-
-
-class RunProjection(Protocol):
-    """Where every Run state this log stores or reads is applied at once (read your writes):
-    the runtime's ``Ledger``."""
-
-    def apply(self, seq: int, record: RunRecord) -> bool:
-        """Take ``record`` as stored at ``seq`` (an older one is ignored)."""
-        ...
-
-    def apply_event(self, seq: int, event: RunEventType, subject_ids: tuple[str, str]) -> bool:
-        """Take a followed event stored at ``seq`` on the subject of ``subject_ids``."""
-        ...
 
 
 class RunLog:
@@ -55,7 +43,7 @@ class RunLog:
     """
 
     def __init__(
-        self, store: EventLog, ledger: RunProjection, *, history: RunHistory | None = None,
+        self, store: EventStore, ledger: RunProjection, *, history: RunHistory | None = None,
         leases: Leases | None = None,
     ) -> None:
         self._store = store
@@ -86,13 +74,15 @@ class RunLog:
         """
         # One after the other: under load the two writes cost the same either way, and
         # running them side by side cost two tasks per Run (bench/firing.py).
-        seq = None if self._history is None else await self._history.announce(run)
+        position = None if self._history is None else await self._history.announce(run)
+        seq = None if position is None else position.seq
+        created_at = None if position is None else position.created_at
         leases = self._leases
         if leases is None:
-            return Announcement(seq, None)
+            return Announcement(seq, None, created_at)
         lease = await self._store.retrying("could not open a run",
                                            lambda: leases.announce(run.run_id))
-        return Announcement(seq, lease)
+        return Announcement(seq, lease, created_at)
 
     async def announce_many(
         self, runs: Sequence[RunRecord]
@@ -101,7 +91,7 @@ class RunLog:
         (two streams: two batches, each atomic while nothing races)."""
         history, leases = self._history, self._leases
 
-        async def entries_of() -> list[int | Exception | None]:
+        async def entries_of() -> list[IndexPosition | Exception | None]:
             if history is None:
                 return [None] * len(runs)
             return list(await history.announce_many(runs))
@@ -118,8 +108,10 @@ class RunLog:
                 results.append(entry)
             elif isinstance(key, Exception):
                 results.append(key)
+            elif entry is None:
+                results.append(Announcement(None, key))
             else:
-                results.append(Announcement(entry, key))
+                results.append(Announcement(entry.seq, key, entry.created_at))
         return results
 
     async def create(
@@ -144,7 +136,7 @@ class RunLog:
                 seq = 0
             if not duplicate:
                 return self._created(subject, seq, run)
-        return await self._stored_first(run)
+        return await self._stored_first(event)
 
     async def create_many(
         self, events: Sequence[RunCreated], msg_ids: Sequence[str], *,
@@ -186,7 +178,7 @@ class RunLog:
                 results.append(ack)
             else:  # a lost race, or a resend of ours: read back what the store holds
                 try:
-                    results.append(await self._stored_first(event.run))
+                    results.append(await self._stored_first(event))
                 except Exception as exc:
                     results.append(exc)
         return results
@@ -197,14 +189,23 @@ class RunLog:
         self._ledger.apply(seq, run)
         return Stored(seq, run, True)
 
-    async def _stored_first(self, run: RunRecord) -> Stored:
+    async def _stored_first(self, event: RunCreated) -> Stored:
         """The Run a create found already stored, read back; created by THIS process only
-        when it is exactly ``run`` (a resend whose first acknowledgement was lost)."""
+        when its create is exactly ``event`` (a resend whose first acknowledgement was
+        lost). Two replicas announcing one due time give its Run the same key, so the Run
+        alone may read the same from both: the create's writer (``actor``) tells them apart,
+        one more read only then."""
+        run = event.run
         existing = await self.fetch(run.deployment_id, run.run_id)
         if existing is None:  # pragma: no cover - a Run subject is never emptied
             raise RuntimeError(f"run {run.run_id} vanished")
         seq, record = existing
-        return Stored(seq, record, record.created_at == run.created_at and record == run)
+        ours = record == run
+        if ours:
+            first = await self._store.next(self._names.run_subject(run.deployment_id,
+                                                                   run.run_id))
+            ours = first is not None and decode_run_event(first.data) == event
+        return Stored(seq, record, ours)
 
     async def append(self, expected_seq: int, event: RunEventType) -> int:
         """Append a later event of a Run on the sequence the writer last saw.
@@ -285,6 +286,24 @@ class RunLog:
         if mine == seq:
             del self._own[subject]
         return True
+
+    async def end(self) -> int:
+        """The Run events' last sequence, from the stream leader (0: none)."""
+        return await self._store.last_seq(self._names.runs_stream)
+
+    def feed(self, *, from_seq: int, on_skip: Callable[[], None] | None = None) -> Follower:
+        """An ordered consumer of the Run events from ``from_seq`` on, into :meth:`followed`;
+        a held event the projection refuses later counts as the consumer's skip."""
+        follower = Follower(self._store, stream=self._names.runs_stream,
+                            filter_subject=self._names.runs_filter, on_message=self.followed,
+                            from_seq=from_seq, on_skip=on_skip)
+        self.on_refused = follower.refused
+        return follower
+
+    async def first_stored_at(self, deployment_id: str, run_id: str) -> datetime | None:
+        """When the stream leader stored the Run's first event (its server timestamp)."""
+        first = await self._store.next(self._names.run_subject(deployment_id, run_id))
+        return None if first is None else first.stored_at
 
     async def fetch(self, deployment_id: str, run_id: str) -> tuple[int, RunRecord] | None:
         """The stored state of a Run (leader read), also applied to the ledger."""

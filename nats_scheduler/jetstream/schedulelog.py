@@ -22,20 +22,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
-from typing import Protocol
 
-from ..core.events import ScheduleEventType, ScheduleRecord, decode_schedule_event, encode
+from ..core.events import ScheduleRecord, decode_schedule_event, encode
 from ..core.schedulecore import PlannedWrite
 from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_MSG_ID, schedule_event_msg_id
+from ..ports.schedules import Decide, OnSchedule, ScheduleCopies
 from ..seam import SchedulerUnavailable
 from .acks import Outgoing
 from .errors import Conflict, is_conflict
-from .event_store import EventLog
-
-Decide = Callable[[ScheduleRecord | None], ScheduleEventType | None]
-"""Given the stored Schedule (None: never applied), the event to append, or None for none.
-
-It may raise a seam error (for example ScheduleNotFound) to refuse the change."""
+from .event_store import EventStore
+from .follower import Follower
 
 MAX_DECISIONS = 50
 """How often one change is decided again after losing a race before it gives up. Each lost
@@ -53,20 +49,6 @@ PIPELINE_BATCHES = 4
 """Batches in flight at once."""
 
 
-class ScheduleCopies(Protocol):
-    """This process's copy of each Schedule with its sequence: where what the log stores or
-    reads is applied, and what a first decision is taken on (the runtime's
-    ``ScheduleTable``)."""
-
-    def apply(self, seq: int, record: ScheduleRecord) -> bool:
-        """Take ``record`` as stored at ``seq`` (an older one is ignored)."""
-        ...
-
-    def get_with_seq(self, deployment_id: str) -> tuple[int, ScheduleRecord] | None:
-        """The copy of a Schedule with the sequence it was stored at, or None."""
-        ...
-
-
 def _headers(msg_id: str, expected_seq: int) -> dict[str, str]:
     return {HDR_MSG_ID: msg_id, HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: str(expected_seq)}
 
@@ -74,7 +56,7 @@ def _headers(msg_id: str, expected_seq: int) -> dict[str, str]:
 class ScheduleLog:
     """Append and read the events of Schedules."""
 
-    def __init__(self, store: EventLog, table: ScheduleCopies, *,
+    def __init__(self, store: EventStore, table: ScheduleCopies, *,
                  on_stale: Callable[[], None] | None = None) -> None:
         self._store = store
         self._table = table
@@ -225,6 +207,22 @@ class ScheduleLog:
         record = decode_schedule_event(last.data).schedule
         self._table.apply(last.seq, record)
         return last.seq, record
+
+    async def end_once(self) -> int:
+        """The Schedule events' last sequence from the stream leader, asked once."""
+        return await self._store.last_seq_once(self._names.schedules_stream)
+
+    def feed(self, on_schedule: OnSchedule, *,
+             on_skip: Callable[[], None] | None = None, after: int | None = None) -> Follower:
+        """An ordered consumer of the Schedule events: the last of each (or, ``after`` a
+        checkpoint, every one after it), then every new one."""
+        def on_message(seq: int, _subject: str, data: bytes) -> None:
+            on_schedule(seq, decode_schedule_event(data).schedule)
+
+        return Follower(self._store, stream=self._names.schedules_stream,
+                        filter_subject=self._names.schedules_filter, on_message=on_message,
+                        on_skip=on_skip, from_seq=None if after is None else after + 1,
+                        catch_up=after is not None)
 
     async def as_of(self, deployment_id: str, instant: datetime) -> ScheduleRecord | None:
         """The Schedule as its last event stored at or before ``instant`` left it.

@@ -51,6 +51,10 @@ FOLLOW_TIMEOUT = 30.0
 """Seconds the server may take to set up a follower of the last event per subject."""
 
 
+class NotAtomic(Exception):
+    """The stream does not take atomic batches (its ``allow_atomic`` is off)."""
+
+
 class Store:
     """JetStream access for one provider process.
 
@@ -198,6 +202,23 @@ class Store:
         results = await self.acks.publish_batched(stream, messages)
         await self._retry.note_results(results)
         return results
+
+    async def publish_atomic(self, stream: str,
+                             messages: Sequence[Outgoing]) -> list[Ack] | Exception:
+        """``messages`` as one atomic batch (ADR-50): an acknowledgement each (contiguous
+        sequences), or the failure of the whole batch: then nothing of it was stored, unless
+        it went unanswered (its caller settles that one message at a time). A stream that
+        does not take atomic batches answers so without a request, from its first refusal
+        on. Not retried; noted for failover."""
+        if stream in self.acks.not_atomic:
+            return NotAtomic(stream)
+        result = await self.acks.publish_atomic(messages)
+        if isinstance(result, Exception):
+            self.acks.refused(stream, result)
+        else:
+            self.acks.batches_atomic += 1
+        await self._retry.note_results([result] if isinstance(result, Exception) else result)
+        return result
 
     async def publish_atomic_or_each(
         self, stream: str, messages: Sequence[Outgoing], *, resend: Callable[[], bool]

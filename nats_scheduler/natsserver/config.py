@@ -52,7 +52,7 @@ REPO_CONFIG = REPO_ROOT / "nats-server.conf"
 """The committed server config (present in a source checkout, not in an installed wheel)."""
 CLUSTER_DIR = REPO_ROOT / "cluster"
 
-USERS = ("scheduler", "operator", "auditor")
+USERS = ("scheduler", "service", "operator", "auditor")
 PASSWORD_ENV = {user: f"NATS_{user.upper()}_PASSWORD" for user in USERS}
 """The server-side environment variable holding each user's password."""
 
@@ -277,6 +277,8 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
     print(f"3-node cluster ready (data in {args.data_dir}); connect the provider with:")
     print(f"  export ASTRABOX_NATS_URL={urls} ASTRABOX_NATS_REPLICAS=3")
     print(f"  export ASTRABOX_NATS_USER=scheduler ASTRABOX_NATS_PASSWORD={passwords['scheduler']}")
+    print(f"  export ASTRABOX_NATS_SERVICE_USER=service "
+          f"ASTRABOX_NATS_SERVICE_PASSWORD={passwords['service']}")
     print("(passwords come from NATS_<USER>_PASSWORD, else <user>-dev). Ctrl+C to stop.",
           flush=True)
     try:

@@ -19,18 +19,17 @@ from datetime import datetime, timedelta
 from ..clock import Clock
 from ..core import validation
 from ..core.events import RunRecord
-from ..jetstream.history import RunHistory
-from ..jetstream.history_reads import HistoryPages
-from ..jetstream.runlog import RunLog
+from ..ports.history import RunHistory
+from ..ports.runs import RunJournal
 from .ledger import FAILURE_MEMORY, Ledger
 
 
 class RunReads:
     """``get_run`` and ``list_runs`` over the server's history and the local ledger."""
 
-    def __init__(self, history: RunHistory, runs: RunLog, ledger: Ledger, clock: Clock) -> None:
+    def __init__(self, history: RunHistory, runs: RunJournal, ledger: Ledger,
+                 clock: Clock) -> None:
         self._history = history
-        self._pages = HistoryPages(history)
         self._runs = runs
         self._ledger = ledger
         self._clock = clock
@@ -56,12 +55,16 @@ class RunReads:
         """
         now = self._clock.now()
         cursor = self._ledger.get(before) if before is not None else None
-        history, cursor = await self._pages.page(deployment_id, limit, before, cursor, now)
+        history = await self._history.page(deployment_id, limit, before, cursor, now)
         age = self._history.retention_age
         # The server drops aged entries a little after they age: judge the age here too.
-        page = [r for r in history if not r.finished or r.created_at >= now - age]
-        return merge(page, self._known(deployment_id, page, now), limit, cursor, now,
-                     min(FRESH, age))
+        page = [r for r in history.runs if not r.finished or r.created_at >= now - age]
+        # What this process holds joins only while retained: a Run made a moment ago that
+        # newer Runs already pushed out of the history stays out (unfinished ones stay in).
+        known = [r for r in self._known(deployment_id, page, now)
+                 if not r.finished or history.oldest_seq is None or r.index_seq is None
+                 or r.index_seq >= history.oldest_seq]
+        return merge(page, known, limit, history.cursor, now, min(FRESH, age))
 
     def _known(self, deployment_id: str, page: list[RunRecord], now: datetime
                ) -> list[RunRecord]:

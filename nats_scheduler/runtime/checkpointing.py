@@ -1,9 +1,9 @@
 """When a replica loads a checkpoint of the Schedule table, and when one writes a new one.
 
 At start (:meth:`Checkpointing.load`) a replica loads the newest checkpoint into its
-Schedule table, when it is usable (``jetstream/checkpoints.py``), and says from which
-Schedule event its follower goes on; otherwise the follower replays every Schedule's last
-event, as before checkpoints.
+Schedule table, when it is usable (``ports/checkpoints.py``), and says after which Schedule
+event its feed goes on; otherwise the feed replays every Schedule's last event, as before
+checkpoints.
 
 Now and then (:meth:`Checkpointing.forever`) the replica that owns the job among the live
 ones (``runtime/membership.py``, as the retention) writes a new one, once its table is
@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import timedelta
 
 from ..clock import Clock
-from ..jetstream.checkpoints import Checkpoints
-from ..jetstream.setup import CHECKPOINT_MAX_AGE
+from ..ports.checkpoints import TableCheckpoints
 from ..projections.schedule_table import ScheduleTable
 
 log = logging.getLogger(__name__)
@@ -40,25 +39,27 @@ CHECK_SECONDS = 60.0
 JOB = "schedule-table-checkpoint"
 """The ownership key of the job among the live replicas."""
 
+REWRITE_AFTER = timedelta(days=3.5)
+"""A checkpoint older than this is written again, changes or not: a store may age old ones
+out (the JetStream stream keeps them 7 days)."""
+
 
 class Checkpointing:
     """Load the newest checkpoint at start; write a new one when it is due."""
 
-    def __init__(self, checkpoints: Checkpoints, table: ScheduleTable, *,
+    def __init__(self, checkpoints: TableCheckpoints | None, table: ScheduleTable, *,
                  position: Callable[[], int], ready: Callable[[], bool],
-                 owns: Callable[[str], bool], stream_created: Callable[[], Awaitable[str]],
-                 clock: Clock, identity: str, enabled: bool) -> None:
+                 owns: Callable[[str], bool], clock: Clock, identity: str) -> None:
         self._checkpoints = checkpoints
         self._table = table
         self._position = position
         self._ready = ready
         self._owns = owns
-        self._stream_created = stream_created
         self._clock = clock
         self._identity = identity
-        self.enabled = enabled
-        """False when the store keeps no checkpoints for this scheduler (its permissions
-        predate them): nothing is loaded or written."""
+        self.enabled = checkpoints is not None
+        """False when the store keeps no checkpoints for this scheduler (the in-memory
+        store, permissions that predate them): none is written (nor loaded)."""
         self.loaded: int | None = None
         """The Schedules the start-up loaded from a checkpoint (None: it replayed them)."""
         self.written = 0
@@ -73,21 +74,22 @@ class Checkpointing:
         ``last_seq``: the Schedule stream's last sequence now. Never raises: a checkpoint
         that cannot be used is logged and the replay does what it always did (the rows it
         applied are stored events, so the replay only takes the table further)."""
-        if not self.enabled:
+        checkpoints = self._checkpoints
+        if checkpoints is None:
             return None
         try:
-            latest = await self._checkpoints.latest()
+            latest = await checkpoints.latest()
             if latest is None:
                 return None
             _, head = latest
-            created = await self._stream_created()
+            created = await checkpoints.journal_created()
             if head.schedules_created != created or head.schedules_seq > last_seq:
                 log.info("the newest checkpoint is of another Schedule stream; replaying")
                 return None
             if last_seq - head.schedules_seq > head.schedules:
                 return None  # more events since it than it holds: replaying costs less
             table, loaded = self._table, 0
-            async for rows in self._checkpoints.rows(head):
+            async for rows in checkpoints.rows(head):
                 for row in rows:
                     table.apply(row.seq, row.record())
                 loaded += len(rows)
@@ -104,7 +106,8 @@ class Checkpointing:
         one is due (a failure is logged; the next look tries again)."""
         while True:
             await self._clock.sleep(interval)
-            if not (self.enabled and self._ready() and self._owns(JOB)):
+            if not (self.enabled and self._checkpoints is not None and self._ready()
+                    and self._owns(JOB)):
                 continue
             try:
                 await self.write_if_due()
@@ -118,7 +121,7 @@ class Checkpointing:
 
     async def _write_if_due(self, min_schedules: int) -> bool:
         count = len(self._table)
-        if count < min_schedules:
+        if count < min_schedules or self._checkpoints is None:
             return False
         latest = await self._checkpoints.latest()
         previous = 0 if latest is None else latest[0]
@@ -126,15 +129,14 @@ class Checkpointing:
             head = latest[1]
             behind = self._position() - head.schedules_seq
             age = self._clock.now() - head.written_at
-            if (behind <= count // BEHIND_SHARE
-                    and age < timedelta(seconds=CHECKPOINT_MAX_AGE / 2)):
+            if behind <= count // BEHIND_SHARE and age < REWRITE_AFTER:
                 return False
         return await self._write(previous)
 
     async def write_now(self) -> bool:
         """Write a checkpoint now, due or not; whether it became the newest."""
         async with self._writing:
-            latest = await self._checkpoints.latest()
+            latest = None if self._checkpoints is None else await self._checkpoints.latest()
             return await self._write(0 if latest is None else latest[0])
 
     async def write(self, previous: int) -> bool:
@@ -144,11 +146,14 @@ class Checkpointing:
             return await self._write(previous)
 
     async def _write(self, previous: int) -> bool:
-        created = await self._stream_created()
+        checkpoints = self._checkpoints
+        if checkpoints is None:
+            return False
+        created = await checkpoints.journal_created()
         # Taken in one step: every event up to ``seq`` is in the table (a record newer than
         # ``seq``, a change this replica stored, is delivered again after it and ignored).
         seq, entries = self._position(), self._table.entries()
-        head = await self._checkpoints.write(
+        head = await checkpoints.write(
             entries, schedules_seq=seq, schedules_created=created, previous=previous,
             by=self._identity, now=self._clock.now())
         if head is not None:

@@ -30,9 +30,8 @@ from ..core import runcore
 from ..core.events import RunEventType, RunRecord
 from ..core.pause_visibility import NOT_STARTED_AFTER_PAUSE
 from ..core.runcore import RetryPolicy
-from ..jetstream.errors import Conflict
-from ..jetstream.leases import Claimed, Leases
-from ..jetstream.runlog import RunLog
+from ..ports.leases import Claimed, LeaseTable
+from ..ports.runs import Conflict, RunJournal
 from ..projections.ledger import Ledger
 from ..seam import (
     RunHandler,
@@ -69,9 +68,9 @@ class Dispatcher:
     def __init__(
         self,
         *,
-        runlog: RunLog,
+        runlog: RunJournal,
         ledger: Ledger,
-        leases: Leases,
+        leases: LeaseTable,
         handler: RunHandler,
         clock: Clock,
         policy: RetryPolicy,

@@ -32,11 +32,6 @@ from ..clock import Clock
 from ..core import calendar, runcore, validation
 from ..core.events import RunCreated, RunRecord, ScheduleRecord
 from ..core.pause_visibility import FIRE_READ_MAX_AGE, PAUSE_VISIBILITY_SECONDS
-from ..jetstream.event_store import EventStore
-from ..jetstream.leases import Claimed, Lease, Leases
-from ..jetstream.outcomes import Announcement, Stored
-from ..jetstream.runlog import RunLog
-from ..jetstream.schedulelog import ScheduleLog
 from ..names import (
     enqueued_create_msg_id,
     random_run_id,
@@ -45,6 +40,10 @@ from ..names import (
     scheduled_create_msg_id,
     scheduled_run_id,
 )
+from ..ports import StorePorts
+from ..ports.leases import Claimed, Lease, LeaseTable
+from ..ports.runs import Announcement, RunJournal, Stored
+from ..ports.schedules import ScheduleJournal
 from ..projections.schedule_table import ScheduleTable
 from ..seam import EnqueueRequest, InvalidSchedule, RunPayload, SchedulerUnavailable, Trigger
 from .dispatcher import Dispatcher
@@ -103,13 +102,13 @@ class Firing:
     it (or when it cannot prove it) each firing reads its Schedule from the leader.
     """
 
-    store: EventStore
-    schedules: ScheduleLog
-    runs: RunLog
+    store: StorePorts
+    schedules: ScheduleJournal
+    runs: RunJournal
     clock: Clock
     identity: str
     dispatcher: Dispatcher
-    leases: Leases
+    leases: LeaseTable
     table: ScheduleTable | None = None
     freshness: Freshness | None = None
     metrics: Metrics = field(default_factory=Metrics.disabled)
@@ -143,7 +142,9 @@ class Firing:
                 # Once: its history entry and open key, before the create. Then read again,
                 # so the create leaves within FIRE_READ_MAX_AGE of a read even when the
                 # announce waited on a busy store.
-                announced = await self.runs.announce(self._event(record, due, read_at).run)
+                # Stamped now (not at the read): the entry's key, which the Run takes.
+                announced = await self.runs.announce(
+                    self._event(record, due, self.clock.now()).run)
                 continue
             # Past the deadline a busy process still fires (liveness): the create may then
             # leave on an older read, and the gate checks such a Run against the Schedule
@@ -190,7 +191,7 @@ class Firing:
             raise SchedulerUnavailable("the scheduler store is unavailable: not connected")
         lease = announced.lease
         event = runcore.indexed(self._event(record, due, now, claimed=lease is not None),
-                                announced.index_seq)
+                                announced.index_seq, announced.created_at)
         stored = await self.runs.create(
             event, msg_id=scheduled_create_msg_id(record.deployment_id, due), retry_seconds=0
         )
@@ -226,7 +227,8 @@ class Firing:
             task.add_done_callback(self._closing.discard)
 
     async def store_requested(self, request: EnqueueRequest, payload: RunPayload, *,
-                              reason: str | None = None) -> RunRecord:
+                              reason: str | None = None,
+                              on_behalf_of: str | None = None) -> RunRecord:
         """Store a Run asked for (Run now, Replay) the way a due time's is: announced, created,
         handed to the dispatcher with the lease the announcement opened. No Schedule read to
         keep fresh: the gate only judges scheduled Runs. A request ID makes the Run ID (and
@@ -241,10 +243,11 @@ class Firing:
             run_id=run_id, deployment_id=request.deployment_id, trigger=request.trigger,
             due_at=None, payload=payload, now=self.clock.now(), actor=self.identity,
             replay_of=request.replay_of, requested_by=request.requested_by, reason=reason,
+            on_behalf_of=on_behalf_of,
         )
         announced = await self.runs.announce(event.run)
-        stored = await self.runs.create(runcore.indexed(event, announced.index_seq),
-                                        msg_id=msg_id)
+        stored = await self.runs.create(
+            runcore.indexed(event, announced.index_seq, announced.created_at), msg_id=msg_id)
         self._hand_over(stored, announced.lease, vetted=False)
         return stored.run
 
@@ -283,8 +286,9 @@ class Firing:
             await self._one_by_one(due_times)
             return
         plans = self._plans(due_times)
+        stamped = self.clock.now()  # the entries' earliest key, which the Runs take
         announced = await self.runs.announce_many(
-            [self._event(plan.record, plan.due, proven).run for plan in plans])
+            [self._event(plan.record, plan.due, stamped).run for plan in plans])
         leftovers = [(plan.record.deployment_id, plan.due) for plan, outcome
                      in zip(plans, announced, strict=True) if isinstance(outcome, Exception)]
         ready = [_Ready(plan.record, plan.due, outcome) for plan, outcome
@@ -315,7 +319,7 @@ class Firing:
     ) -> None:
         events = [runcore.indexed(self._event(item.record, item.due, now,
                                               claimed=item.announced.lease is not None),
-                                  item.announced.index_seq)
+                                  item.announced.index_seq, item.announced.created_at)
                   for item in ready]
         msg_ids = [scheduled_create_msg_id(item.record.deployment_id, item.due)
                    for item in ready]

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from ..clock import Clock
-from ..jetstream.event_store import FollowedStore
+from ..ports.schedules import ScheduleJournal
 
 CATCH_UP_SECONDS = 0.1
 """How long a confirmation waits for the table's consumer to reach the leader's sequence."""
@@ -44,11 +44,11 @@ class Freshness:
     ``position``: the stream sequence the table's consumer has applied up to.
     """
 
-    def __init__(self, store: FollowedStore, position: Callable[[], int], clock: Clock) -> None:
-        self._store = store
+    def __init__(self, schedules: ScheduleJournal, position: Callable[[], int],
+                 clock: Clock) -> None:
+        self._schedules = schedules
         self._position = position
         self._clock = clock
-        self._stream = store.names.schedules_stream
         self._inflight: asyncio.Future[datetime | None] | None = None
         self._inflight_started = float("-inf")
         self._last: tuple[float, datetime | None] = (float("-inf"), None)
@@ -100,7 +100,7 @@ class Freshness:
 
     async def _confirm_once(self, loop: asyncio.AbstractEventLoop) -> datetime | None:
         at = self._clock.now()
-        last = await self._store.last_seq_once(self._stream)
+        last = await self._schedules.end_once()
         deadline = loop.time() + CATCH_UP_SECONDS
         while self._position() < last:
             if loop.time() >= deadline:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from ..core import runcore
 from ..core.events import RunRecord
 from ..core.pause_visibility import FIRE_READ_MAX_AGE
-from ..jetstream.event_store import EventStore
-from ..jetstream.schedulelog import ScheduleLog
+from ..ports.runs import RunJournal
+from ..ports.schedules import ScheduleJournal
 from ..seam import Trigger
 
 
@@ -24,8 +24,8 @@ class PauseGate:
     """Judges a Run's first start on the server's timestamps: the Run's first event against
     the Schedule as it stood at that instant."""
 
-    store: EventStore
-    schedules: ScheduleLog
+    runs: RunJournal
+    schedules: ScheduleJournal
 
     async def may_start(self, record: RunRecord, *, vetted: bool) -> bool:
         """False for a scheduled Run stored only after its Schedule stopped firing.
@@ -38,11 +38,10 @@ class PauseGate:
         if (vetted or record.trigger != Trigger.SCHEDULE or record.finished
                 or (record.attempts > 0 and not runcore.claimed_at_create(record))):
             return True
-        first = await self.store.next(
-            self.store.names.run_subject(record.deployment_id, record.run_id))
-        if first is None or first.stored_at is None:
+        stored_at = await self.runs.first_stored_at(record.deployment_id, record.run_id)
+        if stored_at is None:
             return True
-        if (first.stored_at - record.created_at).total_seconds() <= FIRE_READ_MAX_AGE:
+        if (stored_at - record.created_at).total_seconds() <= FIRE_READ_MAX_AGE:
             return True
-        schedule = await self.schedules.as_of(record.deployment_id, first.stored_at)
+        schedule = await self.schedules.as_of(record.deployment_id, stored_at)
         return schedule is None or schedule.active

@@ -21,7 +21,7 @@ import logging
 
 from ..clock import Clock, elapsed_seconds, sleep_for
 from ..core.events import RunRecord
-from ..jetstream.leases import Lease, Leases
+from ..ports.leases import Lease, LeaseTable
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class Held:
 class Holds:
     """The Runs held here, by Run ID, and their lease renewals."""
 
-    def __init__(self, leases: Leases, clock: Clock) -> None:
+    def __init__(self, leases: LeaseTable, clock: Clock) -> None:
         self._leases = leases
         self._clock = clock
         self._held: dict[str, Held] = {}

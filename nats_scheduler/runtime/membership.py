@@ -1,6 +1,6 @@
 """This replica among the live ones: who owns which due time, and the store's clock.
 
-Joining the replicas bucket (:mod:`nats_scheduler.jetstream.presence`) gives every due time
+Joining the live replicas (:mod:`nats_scheduler.ports.replicas`) gives every due time
 and every retention slice one owner among the live replicas (rendezvous hashing,
 :mod:`nats_scheduler.core.ownership`). The same beat, a put every second, is timed against
 the server's stamp on it and feeds this replica's estimate of the store's clock
@@ -12,8 +12,9 @@ own time-outs. A join that the store does not answer in time (its event loop bus
 million Schedules, the store slow) is tried again in the background until it succeeds;
 while it cannot tell, the replica owns what it owned by the last membership it saw, or
 nothing if it never saw one, and the owner patience (``runtime/ticker.py``) still hands it
-any due time nobody fired. Only a store that refuses the bucket outright (a configuration
-without it) makes a replica own everything: there is no membership to wait for.
+any due time nobody fired. Only a store that refuses the registry outright
+(:class:`~nats_scheduler.ports.replicas.RegistryRefused`: a configuration without it) makes
+a replica own everything: there is no membership to wait for.
 """
 
 from __future__ import annotations
@@ -24,14 +25,10 @@ import itertools
 import logging
 from datetime import datetime
 
-import nats.js.errors
-
 from ..clock import Clock, ServerClock
 from ..core.ownership import owner, owner_key
 from ..core.serverclock import Sample
-from ..jetstream.errors import is_transient
-from ..jetstream.presence import Presence
-from ..jetstream.store import Store
+from ..ports.replicas import Members, RegistryRefused, ReplicaRegistry
 from ..tasks import cancel_and_wait
 from .metrics import Metrics
 
@@ -50,12 +47,13 @@ STOP_SECONDS = 5.0
 class Membership:
     """The live replicas as this one sees them, once :meth:`join` has run."""
 
-    def __init__(self, store: Store, identity: str, clock: Clock, metrics: Metrics) -> None:
-        self._store = store
+    def __init__(self, replicas: ReplicaRegistry, identity: str, clock: Clock,
+                 metrics: Metrics) -> None:
+        self._replicas = replicas
         self._identity = identity
         self._clock = clock
         self._metrics = metrics
-        self.presence: Presence | None = None
+        self.presence: Members | None = None
         self._last: tuple[str, ...] | None = None
         """The last membership this replica saw (None: it never saw one)."""
         self._refused = False
@@ -83,12 +81,11 @@ class Membership:
         """One attempt to join; whether it succeeded."""
         self.attempts += 1
         clock = self._clock
-        presence: Presence | None = None
+        presence: Members | None = None
         try:
             async with asyncio.timeout(JOIN_SECONDS):
-                presence = await Presence.open(
-                    self._store.js, self._store.names, self._identity,
-                    replicas=self._store.settings.replicas, clock=clock,
+                presence = await self._replicas.open(
+                    self._identity, clock=clock,
                     **({"on_sample": self._observe, "wall": clock.wall_seconds}
                        if isinstance(clock, ServerClock) else {}))
                 await presence.start()
@@ -102,10 +99,10 @@ class Membership:
         return True
 
     def _not_joined(self, exc: Exception) -> None:
-        refused = isinstance(exc, nats.js.errors.APIError) and not is_transient(exc)
+        refused = isinstance(exc, RegistryRefused)
         if refused and not self._refused:
-            log.warning("the store refuses the live replicas' bucket (%s); this replica fires "
-                        "every due time itself", exc)
+            log.warning("the store refuses the live replicas' registry (%s); this replica "
+                        "fires every due time itself", exc)
         elif not refused and self.attempts == 1:
             log.warning("could not join the live replicas yet (%s); trying again. Meanwhile "
                         "this replica fires what it owned by the last membership it saw, and "

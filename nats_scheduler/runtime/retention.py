@@ -12,10 +12,10 @@ every deployment at least once per ``RETENTION_ROUND_SECONDS``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..clock import Clock, sleep_for
-from ..jetstream.history import RunHistory, retention_slice
+from ..ports.history import RunHistory
 from ..projections.ledger import Ledger
 from ..projections.schedule_table import ScheduleTable
 
@@ -26,6 +26,22 @@ RETENTION_ROUND_SECONDS = 3600.0
 
 RETENTION_OWNER_KEY = "history retention"
 """The ownership key of the retention pass: one live replica runs it."""
+
+
+def retention_slice(deployments: Sequence[str], cursor: int, interval: float,
+                    round_seconds: float) -> tuple[list[str], int]:
+    """The deployments one retention pass visits, and where the next pass starts.
+
+    Passes every ``interval`` seconds visit consecutive slices so that every deployment is
+    visited at least once per ``round_seconds`` (all of them each pass when the interval is
+    that long or longer).
+    """
+    if not deployments:
+        return [], 0
+    passes = max(1, int(round_seconds // interval)) if interval < round_seconds else 1
+    size = -(-len(deployments) // passes)  # ceil
+    start = cursor if cursor < len(deployments) else 0
+    return list(deployments[start:start + size]), start + size
 
 
 class Retention:

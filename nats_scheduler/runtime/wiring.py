@@ -28,24 +28,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Protocol
 
 from opentelemetry.metrics import MeterProvider
 
 from ..clock import Clock, ServerClock
-from ..core.events import ScheduleRecord, decode_schedule_event
+from ..core.events import ScheduleRecord
 from ..core.runcore import RetryPolicy
-from ..jetstream.checkpoints import Checkpoints
-from ..jetstream.connection import connect
-from ..jetstream.follower import Follower
-from ..jetstream.history import RunHistory
-from ..jetstream.leases import Leases
-from ..jetstream.presence import Presence
-from ..jetstream.runlog import RunLog
-from ..jetstream.schedulelog import ScheduleLog
-from ..jetstream.store import Store
+from ..jetstream.ports import JetStreamPorts, open_store
 from ..names import scheduled_run_id
+from ..ports import StorePorts
+from ..ports.feeds import Feed
+from ..ports.replicas import Members
 from ..projections.ledger import Ledger
 from ..projections.reads import RunReads, load_ledger, load_newest, load_recent
 from ..projections.schedule_table import ScheduleTable
@@ -80,6 +76,10 @@ LOOPS_STOP_SECONDS = 5.0
 """How long ``stop`` waits for the ticker, sweep, retention and warm-up loops to end."""
 
 
+PortsFactory = Callable[[Ledger, ScheduleTable, Clock, str], Awaitable[StorePorts]]
+"""Builds the ports of one process: ``(ledger, table, clock, identity) -> ports``."""
+
+
 class Service(Protocol):
     """A service the runtime runs beside its loops (the admin service)."""
 
@@ -92,31 +92,30 @@ class Runtime:
     """The store, the logs, the reads, the projections' followers and the loops of one process."""
 
     def __init__(
-        self, store: Store, *, ledger: Ledger, table: ScheduleTable, clock: Clock, identity: str,
-        handler: RunHandler, metrics: Metrics | None = None,
-        fire_observer: FireObserver | None = None,
+        self, ports: StorePorts, settings: NatsSettings, *, ledger: Ledger,
+        table: ScheduleTable, clock: Clock, identity: str, handler: RunHandler,
+        metrics: Metrics | None = None, fire_observer: FireObserver | None = None,
     ) -> None:
-        settings = store.settings
         clock = ServerClock.wrap(clock)  # fire by the store's clock (docs/architecture.md)
-        self.store = store
+        self.ports = ports
         self.metrics = metrics or Metrics.disabled()
         self.ledger = ledger
         self.table = table
         self.settings = settings
         self.claim_grace = min(1.0, settings.lease_seconds)
-        self.history = RunHistory(store)
-        self.leases = Leases(store, clock, identity, settings.lease_seconds)
-        self.schedules = ScheduleLog(store, table, on_stale=self.metrics.stale_schedule_copy)
-        self.runs = RunLog(store, ledger, history=self.history, leases=self.leases)
+        self.history = ports.history
+        self.leases = ports.leases
+        self.schedules = ports.schedules
+        self.runs = ports.runs
         self.reads = RunReads(self.history, self.runs, ledger, clock)
         self._clock = clock
         self._identity = identity
-        self.freshness = Freshness(store, self._schedules_position, clock)
-        self.membership = Membership(store, identity, clock, self.metrics)
+        self.freshness = Freshness(self.schedules, self._schedules_position, clock)
+        self.membership = Membership(ports.replicas, identity, clock, self.metrics)
         # One Run's path, in order: the ticker plans and fires its due time, the firing
         # stores it (fresh read, announce, create) and hands it to the dispatcher, which
         # asks the pause gate once and calls the handler.
-        self.gate = PauseGate(store=store, schedules=self.schedules)
+        self.gate = PauseGate(runs=self.runs, schedules=self.schedules)
         self.dispatcher = Dispatcher(
             runlog=self.runs, ledger=ledger, leases=self.leases, handler=handler, clock=clock,
             policy=RetryPolicy(settings.retry_attempts, settings.retry_initial,
@@ -124,23 +123,22 @@ class Runtime:
             call_timeout=settings.call_timeout, max_concurrent=settings.max_concurrent_dispatch,
             claim_grace=self.claim_grace, gate=self.gate,
             metrics=self.metrics)
-        self.firing = Firing(store=store, schedules=self.schedules, runs=self.runs, clock=clock,
+        self.firing = Firing(store=ports, schedules=self.schedules, runs=self.runs, clock=clock,
                              identity=identity, dispatcher=self.dispatcher, leases=self.leases,
                              table=table, freshness=self.freshness, metrics=self.metrics)
         self.ticker = Ticker(clock, self.firing.fire_due, fire_many=self.firing.fire_many,
                              owns=self.membership.owns_due, exists=self._exists,
                              observer=fire_observer)  # planned once ready
         self.admin: Service | None = None
-        self.followers: list[Follower] = []
+        self.followers: list[Feed] = []
         self._background: list[asyncio.Task[None]] = []
         self.retention = Retention(self.history, table, ledger, clock,
                                    interval=settings.retention_interval,
                                    owns=self.membership.owns)
         self.checkpointing = Checkpointing(
-            Checkpoints(store), table, position=self._schedules_position,
-            ready=lambda: self.ready, owns=self.membership.owns,
-            stream_created=lambda: store.created(store.names.schedules_stream),
-            clock=clock, identity=identity, enabled=store.checkpoints)
+            ports.checkpoints, table, position=self._schedules_position,
+            ready=lambda: self.ready, owns=self.membership.owns, clock=clock,
+            identity=identity)
         self.began = clock.now()
         """When this process started, by the store's clock once it is known (the ticker's
         first due times count from here)."""
@@ -154,9 +152,10 @@ class Runtime:
     async def connect(
         cls, settings: NatsSettings, *, ledger: Ledger, table: ScheduleTable, clock: Clock,
         identity: str, handler: RunHandler, meter_provider: MeterProvider | None = None,
-        fire_observer: FireObserver | None = None,
+        fire_observer: FireObserver | None = None, ports: PortsFactory | None = None,
     ) -> Runtime:
-        """Connect and prepare the store (streams, lease bucket) and load the projections.
+        """Open the store's ports (JetStream unless ``ports`` builds others: the in-memory
+        store of the simulation) and load the projections.
 
         ``meter_provider``: where the metrics go; None is the global one (no-op unless the
         host installed an OpenTelemetry SDK).
@@ -167,21 +166,26 @@ class Runtime:
         # off would otherwise skip (ahead) or backfill (behind) that many minutes of due times
         began_mark = clock.mark() if isinstance(clock, ServerClock) else None
         metrics = Metrics(meter_provider)
-        store = Store(await connect(settings, identity), settings, count_error=metrics.store_error)
+        opened: StorePorts
+        if ports is not None:
+            opened = await ports(ledger, table, clock, identity)
+        else:
+            store = await open_store(settings, identity, count_error=metrics.store_error)
+            opened = JetStreamPorts(store, ledger=ledger, table=table, clock=clock,
+                                    identity=identity, on_stale=metrics.stale_schedule_copy)
         try:
-            await store.check_server()
-            await store.ensure()
-            runtime = cls(store, ledger=ledger, table=table, clock=clock, identity=identity,
-                          handler=handler, metrics=metrics, fire_observer=fire_observer)
+            runtime = cls(opened, settings, ledger=ledger, table=table, clock=clock,
+                          identity=identity, handler=handler, metrics=metrics,
+                          fire_observer=fire_observer)
             runtime.began = began
             runtime._began_mark = began_mark
-            await runtime._load_projections(settings)
+            await runtime.load_projections()
         except BaseException:
-            await store.close()
+            await opened.close()
             raise
         return runtime
 
-    async def _load_projections(self, settings: NatsSettings) -> None:
+    async def load_projections(self) -> None:
         """Schedules from their last events (in the background: :meth:`_become_ready`);
         Runs from the open keys, then new events only.
 
@@ -189,23 +193,15 @@ class Runtime:
         point is delivered by the follower, one created before it had its key opened before
         it was stored, so the key read finds it. Nothing falls between the two.
         """
-        names = self.store.names
-
-        def on_schedule(seq: int, _subject: str, data: bytes) -> None:
-            self.table.apply(seq, decode_schedule_event(data).schedule)
-
-        runs_from = await self.store.last_seq(names.runs_stream) + 1
+        runs_from = await self.runs.end() + 1
         self.followers = [
-            Follower(self.store, stream=names.schedules_stream,
-                     filter_subject=names.schedules_filter, on_message=on_schedule,
-                     on_skip=lambda: self.metrics.event_skipped("schedules")),
-            Follower(self.store, stream=names.runs_stream, filter_subject=names.runs_filter,
-                     on_message=self.runs.followed, from_seq=runs_from,
-                     on_skip=lambda: self.metrics.event_skipped("runs")),
+            self.schedules.feed(self.table.apply,
+                                on_skip=lambda: self.metrics.event_skipped("schedules")),
+            self.runs.feed(from_seq=runs_from,
+                           on_skip=lambda: self.metrics.event_skipped("runs")),
         ]
-        self.runs.on_refused = self.followers[1].refused
-        await self.followers[1].subscribe()  # the Run follower: nothing to replay
-        open_runs = await self.store.retrying("could not read the open runs",
+        await self.followers[1].subscribe()  # the Run feed: nothing to replay
+        open_runs = await self.ports.retrying("could not read the open runs",
                                               self.leases.open_runs)
         never_stored = await load_ledger(self.ledger, self.history, open_runs, [])
         for run_id in never_stored:
@@ -226,13 +222,12 @@ class Runtime:
 
         SchedulerUnavailable when the load fails, or makes no progress for
         ``READY_PATIENCE_SECONDS``: a caller is told, not kept waiting for ever."""
-        follower = self.followers[0] if self.followers else None
         progress = -1
         while not self._ready.is_set():
             if self._ready_failed is not None:
                 raise SchedulerUnavailable(
                     "the scheduler could not load its schedules; see the scheduler's log")
-            seen = follower.applied_seq if follower is not None else 0
+            seen = self._schedules_position()  # its feed is made again after a checkpoint
             if seen <= progress:
                 raise SchedulerUnavailable(
                     "the scheduler store is unavailable: loading the schedules timed out")
@@ -245,11 +240,14 @@ class Runtime:
         instant this process started, open the gate; then load each deployment's newest Run
         and the last day's Runs (the views' summaries)."""
         try:
-            follower = self.followers[0]
-            stream = self.store.names.schedules_stream
-            after = await self.checkpointing.load(await self.store.last_seq(stream))
+            end = await self.ports.retrying("could not read the schedules",
+                                            self.schedules.end_once)
+            after = await self.checkpointing.load(end)
             if after is not None:  # the table holds every event up to it: the rest only
-                follower.from_seq, follower.catch_up = after + 1, True
+                self.followers[0] = self.schedules.feed(
+                    self.table.apply, after=after,
+                    on_skip=lambda: self.metrics.event_skipped("schedules"))
+            follower = self.followers[0]
             await follower.subscribe()
             while True:
                 try:
@@ -299,7 +297,7 @@ class Runtime:
         return self.membership.live_replicas()
 
     @property
-    def presence(self) -> Presence | None:
+    def presence(self) -> Members | None:
         """The replicas bucket as this replica watches it (None until it joined, or alone)."""
         return self.membership.presence
 
@@ -377,4 +375,4 @@ class Runtime:
         for follower in self.followers:
             await follower.stop()
         self.metrics.stop()
-        await self.store.close()
+        await self.ports.close()

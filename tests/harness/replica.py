@@ -253,8 +253,8 @@ class Replica:
         )
         # As enqueue does: announce (history entry, open key: this process's lease), then
         # the create; only the hand-over to this process's dispatcher is left out.
-        index_seq, _lease = await provider.runlog.announce(event.run)
-        event = runcore.indexed(event, index_seq)
+        announced = await provider.runlog.announce(event.run)
+        event = runcore.indexed(event, announced.index_seq, announced.created_at)
         _, stored, _ = await provider.runlog.create(
             event, msg_id=requested_create_msg_id(run_id))
         return {"run": run_to_json(stored.to_run())}

@@ -96,6 +96,14 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def _reader(path: Path) -> sqlite3.Connection:
+    """A connection that only reads (the file is in WAL mode already: no switch, no lock),
+    usable from the worker threads ``asyncio.to_thread`` picks."""
+    conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA busy_timeout=30000")
+    return conn
+
+
 class SqliteRunHandler:
     """A RunHandler shared by every process that opens the same SQLite file."""
 
@@ -167,11 +175,23 @@ class SqliteRunHandler:
         return _NO_GARBAGE
 
     async def _wait_cleared(self, deployment_id: str, rule: str) -> None:
-        """Block until the deployment's rule is no longer ``rule`` (polls the shared file)."""
-        while True:
-            if await asyncio.to_thread(self.rule, deployment_id) != rule:
-                return
-            await asyncio.sleep(HANG_POLL_SECONDS)
+        """Block until the deployment's rule is no longer ``rule`` (polls the shared file).
+
+        On one connection kept open, reading only: a test SIGSTOPs a process blocked here,
+        and a connection opened and closed at every poll could be stopped holding the
+        file's lock (its WAL switch, or the checkpoint of a last close), so every other
+        process's write failed as "database is locked" until it woke."""
+        conn = await asyncio.to_thread(_reader, self.path)
+        try:
+            while True:
+                row = await asyncio.to_thread(lambda: conn.execute(
+                    "SELECT rule FROM rules WHERE deployment_id = ?",
+                    (deployment_id,)).fetchone())
+                if (None if row is None else str(row[0])) != rule:
+                    return
+                await asyncio.sleep(HANG_POLL_SECONDS)
+        finally:
+            await asyncio.to_thread(conn.close)
 
     def rule(self, deployment_id: str) -> str | None:
         """The rule currently set for a deployment, if any."""

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 import nats.js.errors
 
 from nats_scheduler.admin.invariants import Report
+from nats_scheduler.core.events import SCHEMA_VERSION
 from nats_scheduler.names import Names
 from nats_scheduler.seam import RunState
 from tests.providers import eventually
@@ -54,8 +55,9 @@ OPEN = "upg-open"
 HISTORY_RUNS = 3
 REFUSAL = "rejected by the handler (steered)"
 """The error of a Run whose handler refuses it (the shared handler's ``fail_permanent``)."""
-OLD_SCHEMA, NEW_SCHEMA = 1, 2
-"""The ``run.created`` schema each release writes (docs/architecture.md, "Events")."""
+OLD_SCHEMA, NEW_SCHEMA = 1, SCHEMA_VERSION
+"""The ``run.created`` schema each release writes (docs/architecture.md, "Events"): the
+previous release's first, this checkout's current one."""
 
 T = TypeVar("T")
 
