@@ -104,11 +104,8 @@ class NatsSchedulerProvider:
     @property
     def properties(self) -> SchedulerProperties:
         cap = (self._settings or self._given_settings or NatsSettings()).max_active_schedules
-        return SchedulerProperties(
-            recovery_scope="cluster",
-            max_active_schedules=cap,
-            pause_visibility_seconds=PAUSE_VISIBILITY_SECONDS,
-        )
+        return SchedulerProperties(recovery_scope="cluster", max_active_schedules=cap,
+                                   pause_visibility_seconds=PAUSE_VISIBILITY_SECONDS)
 
     def describe(self) -> str:
         """One line for AstraBox's startup log."""
@@ -290,10 +287,11 @@ class NatsSchedulerProvider:
             wanted, self._table.get_with_seq, self._table.live(),
             enabled=self._table.enabled_count(), cap=self.settings.max_active_schedules,
             now=self._now(), actor=self._identity, given=given)
-        changed = {item.deployment_id for item in planned}
-        by_id = {s.deployment_id: s for s in wanted if s.deployment_id in changed}
+        by_id: dict[str, Schedule] = {}  # built only if a change must be decided again
 
         def redecide(item: schedulecore.PlannedWrite) -> ScheduleDecision:
+            if not by_id:  # rare (a write raced ours): no index of a million for nothing
+                by_id.update((s.deployment_id, s) for s in wanted)
             schedule = by_id.get(item.deployment_id)
             return (self._delete_decision() if schedule is None
                     else self._apply_decision(schedule))
