@@ -10,8 +10,9 @@ A cache, never the authority: any doubt (none written, a part missing or unreada
 journal made again since) and the replica reads every Schedule, as without checkpoints.
 Of two replicas writing at once, one checkpoint stands.
 
-Implementation: ``jetstream/checkpoints.py`` (a stream of parts and heads). A store may keep
-none (``StorePorts.checkpoints`` is None): the in-memory store, or a server whose
+Implementations: ``jetstream/checkpoints.py`` (a stream of parts and heads) and
+``memory/checkpoints.py``; the contract suite (``tests/test_ports_contract.py``) holds both
+to it. A store may keep none (``StorePorts.checkpoints`` is None): a server whose
 permissions predate them.
 """
 

@@ -58,8 +58,8 @@ class Checkpointing:
         self._clock = clock
         self._identity = identity
         self.enabled = checkpoints is not None
-        """False when the store keeps no checkpoints for this scheduler (the in-memory
-        store, permissions that predate them): none is written (nor loaded)."""
+        """False when the store keeps no checkpoints for this scheduler (permissions that
+        predate them): none is written (nor loaded)."""
         self.loaded: int | None = None
         """The Schedules the start-up loaded from a checkpoint (None: it replayed them)."""
         self.written = 0
