@@ -13,7 +13,7 @@ setup:
 
 # Run the test suite (the same command as the README and .ci/run)
 test *args:
-    .venv/bin/python -m pytest -q {{args}}
+    .venv/bin/python -m pytest -q -n 2 {{args}}
 
 # Lint
 lint:

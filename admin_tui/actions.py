@@ -8,6 +8,7 @@ answer at once; the live feed then confirms it in every view.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 
 from rich.text import Text
 from textual import work
@@ -18,16 +19,17 @@ from nats_scheduler.admin.client import BULK_PAGE
 
 from .dialogs.bulk_confirm import BulkConfirmDialog
 from .dialogs.confirm import ConfirmDialog
-from .formatting import relative, short_id
+from .dialogs.hold_confirm import HoldConfirmDialog
+from .formatting import hold_end, relative, short_id
 from .messages import ActionDone, ActionOutcome, BulkProgress, BulkTally
 from .screens.base import ConsoleScreen
 
 
-def hold_text(schedule: ScheduleView, now_text: str) -> str:
+def hold_text(schedule: ScheduleView, now_text: str, now: datetime) -> str:
     hold = schedule.hold
     if hold is None:
         return ""
-    return f"held by {held_by(hold)} {now_text}: {hold.reason}"
+    return f"held by {held_by(hold)} {now_text}{hold_end(hold, now)}: {hold.reason}"
 
 
 class OperatorActions(ConsoleScreen):
@@ -52,14 +54,17 @@ class OperatorActions(ConsoleScreen):
             return
         body = Text.assemble(
             "No new due times fire while it is held; AstraBox's apply/reconcile do not lift "
-            "the hold. Runs already started continue.\nDeployment ", (schedule.deployment_id,
-                                                                       "bold"),
+            "the hold. Runs already started continue. With an end, it lifts itself then "
+            "(by the store's clock) and the due times from then on fire.\nDeployment ",
+            (schedule.deployment_id, "bold"),
         )
+        dialog = HoldConfirmDialog(f"Hold {schedule.name}?", body, confirm="Hold",
+                                   reason="required", danger=True, clock=self.console.clock)
         self._confirm(
-            ConfirmDialog(f"Hold {schedule.name}?", body, confirm="Hold", reason="required",
-                          danger=True),
+            dialog,
             lambda reason: self.backend_call("Hold", "held", lambda: self.console.backend.hold(
-                schedule.deployment_id, by=self.console.user, reason=reason)),
+                schedule.deployment_id, by=self.console.user, reason=reason,
+                until=dialog.until)),
         )
 
     def action_release(self) -> None:
@@ -69,10 +74,11 @@ class OperatorActions(ConsoleScreen):
         if schedule.state != "held" or schedule.hold is None:
             self.notify(f"{schedule.name} is not held", severity="warning")
             return
-        since = relative(schedule.hold.at, self.console.clock.now())
+        now = self.console.clock.now()
+        since = relative(schedule.hold.at, now)
         body = Text.assemble(
-            f"It was {hold_text(schedule, since)}.\nDue times fire again from the next one "
-            "on; those that passed while held are not made up.",
+            f"It was {hold_text(schedule, since, now)}.\nDue times fire again from the next "
+            "one on; those that passed while held are not made up.",
         )
         self._confirm(
             ConfirmDialog(f"Release {schedule.name}?", body, confirm="Release",

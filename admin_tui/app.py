@@ -33,6 +33,7 @@ from .messages import BackendEvents, FeedItem, LinkRestored
 from .screens.cluster import ClusterScreen
 from .screens.connect import Connector, ConnectScreen
 from .screens.events import EventsScreen
+from .screens.load import LoadScreen
 from .screens.schedules import SchedulesScreen
 
 CHECKING_PERMISSION = "checking what this user may do…"
@@ -62,12 +63,14 @@ class AstraboxConsole(App[None]):
         "schedules": SchedulesScreen,
         "events": EventsScreen,
         "cluster": ClusterScreen,
+        "load": LoadScreen,
     }
     BINDINGS: ClassVar[list[BindingType]] = [
         # Shown in the top bar's tabs rather than the footer (which keeps room for actions).
         Binding("1", "show('schedules')", "Schedules", show=False),
         Binding("2", "show('events')", "Events", show=False),
         Binding("3", "show('cluster')", "Cluster", show=False),
+        Binding("4", "show('load')", "Load ahead", show=False),
         Binding("q", "quit", "Quit"),
     ]
 

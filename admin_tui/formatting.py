@@ -99,6 +99,13 @@ def in_zone(instant: datetime | None, timezone: str) -> str:
     return f"{local:%Y-%m-%d %H:%M} {local.tzname()}"
 
 
+def hold_end(hold: ev.Hold | None, now: datetime) -> str:
+    """`` until 2026-03-28 18:00Z (in 6 h)`` for a hold that ends by itself, else ``""``."""
+    if hold is None or hold.until is None:
+        return ""
+    return f" until {utc(hold.until)} ({relative(hold.until, now)})"
+
+
 def short_id(value: str | None, width: int = 12) -> str:
     """Run IDs are 26 characters; tables show their head (kind letter + digest start)."""
     if not value:
@@ -168,7 +175,8 @@ def event_summary(event: object) -> str:
             parts.append(f"by {run.requested_by}")
         return " · ".join(parts)
     if isinstance(event, (ev.ScheduleHeld, ev.ScheduleReleased)):
-        return f"by {who_text(event.by, event.caller, event.on_behalf_of)}: {event.reason}"
+        ends = f" until {utc(event.until)}" if event.until is not None else ""
+        return f"by {who_text(event.by, event.caller, event.on_behalf_of)}{ends}: {event.reason}"
     if isinstance(event, ev.ScheduleEvent):
         s = event.schedule
         return f"{s.name} · {s.cron} · {s.timezone} · {'enabled' if s.enabled else 'disabled'}"

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from textual.message import Message
 
 from nats_scheduler.admin.api import (
     BulkResult,
-    ClusterStatus,
+    DueAccount,
     ErrorCode,
     RunList,
     RunView,
@@ -90,6 +91,15 @@ class DetailLoaded(Message):
         self.detail = detail
 
 
+class DueTimesLoaded(Message):
+    """One page of the account of due times; ``page_before`` is its cursor."""
+
+    def __init__(self, account: DueAccount, page_before: datetime | None) -> None:
+        super().__init__()
+        self.account = account
+        self.page_before = page_before
+
+
 class RunsLoaded(Message):
     """One page of Runs; ``page_before`` is the cursor this page was read with."""
 
@@ -99,10 +109,13 @@ class RunsLoaded(Message):
         self.page_before = page_before
 
 
-class ClusterLoaded(Message):
-    def __init__(self, status: ClusterStatus) -> None:
+class AnswerLoaded(Message):
+    """The one answer a view shows (``cluster.status``, ``schedules.load``): see
+    ``screens/one_answer.py``."""
+
+    def __init__(self, answer: object) -> None:
         super().__init__()
-        self.status = status
+        self.answer = answer
 
 
 @dataclass

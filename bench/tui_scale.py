@@ -15,7 +15,9 @@ What it does, on one nats-server started here:
    process in production, and the service's CPU must not be counted as the console's).
 3. Reference, same run: a plain ``AdminClient`` reads the first page of the Schedule list
    and then the whole list (``list_schedules``): the floor of "first rows" and of "all
-   loaded" (the console cannot show what the service has not sent).
+   loaded" (the console cannot show what the service has not sent); and the load ahead
+   twice (cold: every calendar expanded; warm: reused within the hour), the floor of the
+   Load view.
 4. Per run, a fresh console process (a child mode of this script), opened through its own
    connection path and driven by Textual's Pilot, measures from outside the app's code:
    - first rows: from starting the app to the Schedules table holding rows;
@@ -28,11 +30,14 @@ What it does, on one nats-server started here:
      core (with ``--herd R``: R Run events a second published meanwhile, a herd of Runs,
      by a publisher process of its own: its CPU is not the console's);
    - RSS: VmRSS after the idle window, and VmHWM (the peak);
-   - views: from a key to the Events tail, the Cluster view, the Schedules again, and a
-     Schedule's detail with its Run history showing their content, drawn (during the herd,
-     with ``--herd``). The key is posted as the terminal posts it (``App.simulate_key``),
-     not with ``Pilot.press``: that waits for the process to go idle, which under a herd it
-     never does, so each press took its one-second limit twice, whatever the console did;
+   - views: from a key to the Events tail, the Cluster view, the Load view (the load ahead
+     drawn), its refresh (``g``: the next answer drawn), the Schedules (``1``), the Load view
+     again, the Schedules again with a refresh of the load just asked for (``g`` then ``1``:
+     the same key as before with an answer on its way), and a Schedule's detail with its
+     Run history showing their content, drawn (during the herd, with ``--herd``). The key is
+     posted as the terminal posts it (``App.simulate_key``), not with ``Pilot.press``: that
+     waits for the process to go idle, which under a herd it never does, so each press took
+     its one-second limit twice, whatever the console did;
    - q: from pressing ``q`` to the app having exited.
 5. ``nats-scheduler status`` as an operator runs it, once per run: its wall time and its
    peak RSS (the cluster, the health signals and the busiest minute, answered by the
@@ -276,6 +281,7 @@ async def other_views(app: Any, pilot: Any, until: Callable[..., Any], schedule:
 
     from admin_tui.screens.cluster import ClusterScreen
     from admin_tui.screens.events import EventsScreen
+    from admin_tui.screens.load import LoadScreen
     from admin_tui.screens.schedule_detail import ScheduleDetailScreen
     from admin_tui.screens.schedules import SchedulesScreen
     from admin_tui.widgets.event_table import EventTable
@@ -301,9 +307,18 @@ async def other_views(app: Any, pilot: Any, until: Callable[..., Any], schedule:
                                       > 0)),
         "cluster": await timed("3", on(ClusterScreen, lambda s: s.status is not None
                                        and s.query_one(ReplicaTable).row_count > 0)),
-        "schedules": await timed("1", on(SchedulesScreen,
-                                         lambda s: s.query_one(ScheduleTable).row_count > 0)),
+        "load": await timed("4", on(LoadScreen, lambda s: s.load is not None)),
     }
+    # The load view refreshed (g); then the same key to the Schedules with nothing on its way
+    # and, from the load view again, with a refresh just asked for: the view switches at
+    # once, it does not wait for the answer (a worker awaits it).
+    shown = app.screen.load
+    seconds["load_refresh"] = await timed("g", on(LoadScreen, lambda s: s.load is not shown))
+    schedules_shown = on(SchedulesScreen, lambda s: s.query_one(ScheduleTable).row_count > 0)
+    seconds["schedules"] = await timed("1", schedules_shown)
+    seconds["load_again"] = await timed("4", on(LoadScreen, lambda s: s.load is not None))
+    app.simulate_key("g")
+    seconds["key_during_refresh"] = await timed("1", schedules_shown)
     box = app.screen.query_one("#filter", Input)
     box.value = schedule.deployment_id
     await until(pilot, lambda: app.screen.query_one(ScheduleTable).row_count == 1, 30)
@@ -328,6 +343,24 @@ def status_run(url: str, prefix: str) -> dict[str, float]:
                        url, "--prefix", prefix])
     return {"status_s": child.wall_s, "status_peak_mb": child.peak_mb,
             "status_exit": float(child.returncode)}
+
+
+async def reference_load(url: str, prefix: str) -> tuple[float, float]:
+    """A plain client asks for the load ahead (24 h) twice: the first answer expands every
+    calendar's due times for the hour (cold), the second reuses them (warm). Seconds."""
+    from nats_scheduler.admin.client import AdminClient
+
+    nc = await nats.connect(url)
+    try:
+        client = AdminClient(nc, prefix, timeout=60)
+        times = []
+        for _ in range(2):
+            began = time.perf_counter()
+            await client.load_ahead(24)
+            times.append(time.perf_counter() - began)
+        return times[0], times[1]
+    finally:
+        await nc.close()
 
 
 async def reference_list(url: str, prefix: str) -> tuple[float, float]:
@@ -417,6 +450,9 @@ async def measure(server: NatsServer, count: int, runs: int, idle: float, rate: 
         print("  nats-scheduler status: " + ", ".join(
             f"{st['status_s']:.2f} s (peak {st['status_peak_mb']:.0f} MB, exit "
             f"{st['status_exit']:.0f})" for st in statuses), flush=True)
+        cold, warm = await reference_load(server.url, prefix)
+        print(f"  reference: the load ahead (24 h) {cold * 1000:.0f} ms cold (calendars "
+              f"expanded), {warm * 1000:.0f} ms warm (plain AdminClient)", flush=True)
         rows = []
         for _ in range(runs):
             proc, figures = await child("--console", "--url", server.url, "--prefix", prefix,
@@ -438,8 +474,8 @@ async def measure(server: NatsServer, count: int, runs: int, idle: float, rate: 
                 print("  views (key to content shown): " + ", ".join(
                     f"{view} {ms(sec)}" for view, sec in figures["views_s"].items()),
                     flush=True)
-        return {"count": count, "first_page_s": first, "whole_list_s": whole, "runs": rows,
-                "status": statuses}
+        return {"count": count, "first_page_s": first, "whole_list_s": whole,
+                "load_cold_s": cold, "load_warm_s": warm, "runs": rows, "status": statuses}
     finally:
         await stop_child(provider)
 
@@ -483,6 +519,10 @@ def report(results: list[dict], rate: float) -> None:
         print(f"{r['count']:,} vs {results[0]['count']:,}: RSS +"
               f"{median(r['runs'], 'rss_mb') - median(base, 'rss_mb'):.0f} MB, first rows "
               f"{first:.2f}x")
+    for r in results:
+        if r["count"]:
+            print(f"{r['count']:>10,} load ahead, plain client: {r['load_cold_s'] * 1000:.0f} ms "
+                  f"cold, {r['load_warm_s'] * 1000:.0f} ms warm")
     print("floor: the plain client's first page / whole list, same run")
     for r in results:
         times = [st["status_s"] for st in r["status"]]

@@ -9,6 +9,7 @@ Layout under a prefix ``P`` (``ASTRABOX_NATS_PREFIX``, default ``SCHED``)::
                                    P.checkpoint.part.<id>         a head each, then its parts
     bucket  P_LEASES      keys     <run>                          open Runs and dispatch leases
     bucket  P_REPLICAS    keys     <identity>                     live provider replicas
+    stream  P_OUTAGES     subject  P.outage                       spans with no replica alive
     service astrabox-scheduler (nats.micro)  subjects P.admin.>   admin service
 
 ``<deployment>`` and ``<run>`` are :func:`token` encodings of the IDs: any string AstraBox
@@ -227,6 +228,16 @@ def checkpoint_msg_id(checkpoint_id: str, part: int | None) -> str:
     return f"ckpt:{checkpoint_id}:{'head' if part is None else part}"
 
 
+def outage_msg_id(start: datetime, end: datetime) -> str:
+    """Msg-Id of an ``outage.recorded``: the span it records, to the microsecond (a resend
+    after a lost acknowledgement is the same record)."""
+    return f"outage:{_instant_token(start)}/{_instant_token(end)}"
+
+
+def _instant_token(instant: datetime) -> str:
+    return instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def index_msg_id(run_id: str) -> str:
     """Msg-Id of a Run's history index entry: every replica announcing it writes one."""
     return f"idx:{run_id}"
@@ -308,6 +319,20 @@ class Names:
     @property
     def replicas_filter(self) -> str:
         return kv_filter(self.replicas_bucket)
+
+    @property
+    def outages_stream(self) -> str:
+        """Spans in which no provider replica was alive, one event each, kept as long as the
+        history (``jetstream/outages.py``)."""
+        return f"{self.prefix}_OUTAGES"
+
+    @property
+    def outage_subject(self) -> str:
+        """The one subject of the outage records: appended in order, by compare-and-set."""
+        return f"{self.prefix}.outage"
+
+    def is_outage_subject(self, subject: str) -> bool:
+        return subject == self.outage_subject
 
     def absent_stream(self, nonce: str) -> str:
         """A stream name no installation uses: permission probes aim at it, so an allowed

@@ -354,8 +354,8 @@ class NatsSchedulerProvider:
     async def _operator_change(self, deployment_id: str, decide_fn: schedulecore.OperatorDecision,
                                notes: schedulecore.OperatorNotes) -> ScheduleRecord:
         running = await self._require_ready()
-        validation.check_operator_action(notes["by"], notes["reason"],
-                                         notes.get("on_behalf_of"))
+        validation.check_operator_action(notes["by"], notes["reason"], notes.get(
+            "on_behalf_of"), until=notes.get("until"), now=self._now())
 
         def decide(current: ScheduleRecord | None) -> ScheduleEventType | None:
             if current is None or current.deleted:

@@ -18,6 +18,10 @@ from .seam import SchedulerConfigurationError
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 
 
+MAX_AUTO_HOLD_AFTER = 1000
+"""The most failures in a row an automatic hold may wait for (each replica keeps that many
+failed Runs per failing Schedule)."""
+
 CONNECTION_FIELDS = ("url", "creds", "user", "password", "tls_ca", "tls_cert", "tls_key",
                      "prefix")
 """The settings every client (provider, CLI, console) takes as flags, in flag order."""
@@ -81,6 +85,9 @@ class NatsSettings:
     always``, as the shipped nats-server.conf): then writes made together leave as atomic
     batches from 16 messages on instead of 64 (jetstream/acks.py). ``doctor`` says when this
     disagrees with what the server's monitoring endpoint reports."""
+    auto_hold_after_failures: int = 0
+    """Hold a Schedule after this many of its scheduled Runs in a row end FAILED (0: never;
+    docs/operations.md, "Holds that end, and holds the scheduler sets")."""
     extra: Mapping[str, str] = field(default_factory=dict)
 
     ENV = {
@@ -115,6 +122,7 @@ class NatsSettings:
         "service_password": "ASTRABOX_NATS_SERVICE_PASSWORD",
         "service_creds": "ASTRABOX_NATS_SERVICE_CREDS",
         "server_sync_always": "ASTRABOX_NATS_SERVER_SYNC_ALWAYS",
+        "auto_hold_after_failures": "ASTRABOX_NATS_AUTO_HOLD_AFTER_FAILURES",
     }
 
     @classmethod
@@ -187,6 +195,10 @@ class NatsSettings:
                 f"{env['retention_days']} and {env['retention_interval']} must be greater than 0")
         if self.retention_runs < 1:
             raise SchedulerConfigurationError(f"{env['retention_runs']} must be at least 1")
+        if not 0 <= self.auto_hold_after_failures <= MAX_AUTO_HOLD_AFTER:
+            raise SchedulerConfigurationError(
+                f"{env['auto_hold_after_failures']} must be from 0 (off) to "
+                f"{MAX_AUTO_HOLD_AFTER}")
         return self
 
     @property

@@ -7,6 +7,7 @@ Sections (append new ones at the end, e.g. provider fixtures):
 3. NATS servers: session server, private server, 3-node cluster, testcontainers (opt-in)
 4. replica processes: the shared handler file and a replica set on it
 5. the nats CLI (built with Go, cached) and jq, which the audit guide's commands use
+6. the scenario on real minutes, started with the session so its minutes overlap the rest
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pytest
 
 from nats_scheduler.natsserver.process import NatsServer
 from tests.harness.cluster import NatsCluster
+from tests.harness.minute_account import SharedScenario
 from tests.harness.natscli import INSTALL_HINT as NATS_CLI_HINT
 from tests.harness.natscli import VERSION as NATS_CLI_VERSION
 from tests.harness.natscli import NatsCliUnavailable, ensure_nats_cli
@@ -187,3 +189,46 @@ def jq() -> str:
         _required_tool("jq", "install it (apt-get install jq)")
     assert found is not None
     return found
+
+
+# =========================================================================== 6. real minutes
+#
+# The account of due times across real minute boundaries (``tests/harness/minute_account.py``)
+# needs about five and a half minutes of wall time, mostly waiting for the minutes to pass.
+# When its test is collected, the scenario starts as a child process as soon as collection
+# ends, so those minutes overlap the rest of the suite; the test waits for its result. Under
+# pytest-xdist every worker collects the test, and the first to claim the run's shared folder
+# (beside the workers' own temporary folders) starts the one scenario; the test reads its
+# result wherever it runs. The owner's session lets it end (or stops it by its PID when the
+# run is interrupted).
+
+MINUTES_TEST = "tests/test_whole_account_on_real_minutes.py"
+_MINUTES = pytest.StashKey[SharedScenario]()
+
+
+def _minutes_folder(config: pytest.Config) -> Path:
+    """Shared by every process of one run: the run's temporary folder (xdist gives each
+    worker a folder inside it)."""
+    base = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    return (base.parent if hasattr(config, "workerinput") else base) / "minute-account"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if any(item.nodeid.startswith(MINUTES_TEST) for item in session.items):
+        session.config.stash[_MINUTES] = SharedScenario(_minutes_folder(session.config))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    scenario = session.config.stash.get(_MINUTES, None)
+    if scenario is not None:
+        scenario.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+
+
+@pytest.fixture(scope="session")
+def real_minutes(request: pytest.FixtureRequest) -> dict[str, object]:
+    """What the real-minutes scenario saw (it runs in the background from the start)."""
+    scenario = request.config.stash.get(_MINUTES, None)
+    if scenario is None:  # collected some other way: start it now
+        scenario = request.config.stash[_MINUTES] = SharedScenario(
+            _minutes_folder(request.config))
+    return scenario.result()

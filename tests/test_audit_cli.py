@@ -11,7 +11,9 @@ and by operators through ``nats-scheduler``:
   someone, held again, and deleted (an ID that needs encoding);
 * Runs: a due time fired after a failed attempt, a Run that failed for good, a Run now, a
   Replay held at its turn right now (so it holds a lease), and a Run whose replica was
-  SIGKILLed mid-call and that the other replica took over.
+  SIGKILLed mid-call and that the other replica took over;
+* an outage: a first replica started and stopped before the two, so one of them records the
+  span in which none ran.
 
 Each command is checked against what the guide says it shows (event types, Run IDs, due
 time headers, Session IDs, who acted), and the auditor's refusals are logged by the server
@@ -66,7 +68,8 @@ ADMIN, ADMIN_PASSWORD = "platform-admin", "platform-admin-test-pw"
 ACCOUNT_USER_LINE = ('{ user: "auditor",   password: $NATS_AUDITOR_PASSWORD,   '
                      'permissions: $AUDITOR_PERMISSIONS }')
 EXAMPLE_URL = "nats://nats.example:4222"
-CLEAN_UP = re.compile(r"^publish \$JS\.API\.CONSUMER\.DELETE\.(KV_SCHED_LEASES|SCHED_RUNS)\.")
+CLEAN_UP = re.compile(r"^publish \$JS\.API\.CONSUMER\.DELETE\."
+                      r"(KV_SCHED_LEASES|KV_SCHED_REPLICAS|SCHED_RUNS|SCHED_SCHEDULES)\.")
 """The only refusals the guide's commands may cause: the CLI deleting its own consumer."""
 
 
@@ -122,6 +125,20 @@ async def operator(server: NatsServer, *argv: str) -> dict[str, Any]:
     return result
 
 
+async def joined(server: NatsServer, identity: str) -> bool:
+    """Whether the replica's key is in the replicas bucket (it joined, so it left a sign)."""
+    nc, _ = await connect_as(server, "operator")
+    try:
+        bucket = await nc.jetstream(timeout=2.0).key_value(NAMES.replicas_bucket)
+        try:
+            await bucket.get(NAMES.replica_key(identity))
+        except nats.js.errors.KeyNotFoundError:
+            return False
+        return True
+    finally:
+        await nc.close()
+
+
 async def run_of(replica: Any, run_id: str) -> dict[str, Any]:
     run: dict[str, Any] = (await replica.send("get_run", run_id=run_id))["run"]
     return run
@@ -141,6 +158,10 @@ async def history(tmp_path_factory: pytest.TempPathFactory, nats_cli: Path,
         async with ReplicaSet(url=server.url, prefix="SCHED", handler_db=handler.path,
                               log_dir=work / "logs", lease_seconds=LEASE,
                               settings=settings) as replicas:
+            # the outage: a replica that ran and stopped; the next start records the span
+            (early,) = await replicas.spawn("replica-0")
+            await eventually(lambda: joined(server, "replica-0"), timeout=30)
+            await early.stop()
             a, b = await replicas.spawn("replica-a", "replica-b")
             for dep in (DEP, "flaky", "team.a/report", "paused-report", "handover"):
                 await a.send("apply", schedule=replica_schedule(dep))
@@ -589,6 +610,68 @@ def _micro_stats(sh: Shell, h: History, command: str) -> None:
     assert hold and int(hold.group(1)) >= 2  # the operators' holds through replica-b
 
 
+@shows(r"^nats stream view SCHED_SCHEDULES ")
+def _schedule_view(sh: Shell, h: History, command: str) -> None:
+    done = sh.run_in_terminal(command, DEP=DEP)
+    assert done.code == 0, done.out
+    subjects = set(re.findall(r"^\[\d+\] Subject: (\S+) Received: ", done.out, re.MULTILINE))
+    assert subjects == {f"SCHED.sched.{DEP}"}, done.out
+    assert re.findall(r'"type":"(schedule\.[a-z]+)"', done.out) == SCHEDULE_CHANGES
+
+
+SCHEDULE_CHANGES = ["schedule.applied", "schedule.applied", "schedule.held",
+                    "schedule.released", "schedule.held"]
+"""DEP's Schedule events, in order: v1, the edit to v2, the operators' hold, release, hold."""
+
+
+@shows(r"\| jq -c '\{type, at, version: \.schedule\.version, cron")
+def _calendar_as_it_stood(sh: Shell, h: History, command: str) -> None:
+    changes = sh.run(command, DEP=DEP).json_lines()
+    assert [c["type"] for c in changes] == SCHEDULE_CHANGES
+    assert [(c["version"], c["cron"]) for c in changes] == [(1, CRON)] + [
+        (2, "30 2 1 1 *")] * 4
+    assert all(c["timezone"] == "Europe/Berlin" and c["enabled"] and not c["deleted"]
+               for c in changes)
+    held = [c["hold"] for c in changes]
+    assert held[:2] == [None, None] and held[3] is None
+    assert (held[2]["reason"], held[4]["reason"]) == ("maintenance window", "freeze")
+    deleted = sh.run(command, DEP=token("team.a/report")).json_lines()
+    assert [c["deleted"] for c in deleted] == [False, True]
+
+
+@shows(r"^python -c .*scheduled_run_id")
+def _run_id_of_a_due_time(sh: Shell, h: History, command: str) -> None:
+    assert sh.run(command).ok().out.strip() == h.scheduled
+
+
+@shows(r"^nats sub --stream SCHED_OUTAGES ")
+def _outages(sh: Shell, h: History, command: str) -> None:
+    deadline = time.monotonic() + 30
+    while not (records := sh.run(command).json_lines()):
+        # the record is written a few seconds after the replicas' start (they settle first)
+        assert time.monotonic() < deadline, "no outage recorded"
+        time.sleep(0.2)  # poll interval
+    (record,) = records
+    assert record["type"] == "outage.recorded" and identity(record["actor"])
+    start, end = (datetime.fromisoformat(record[k]) for k in ("start", "end"))
+    assert h.started_at < start < end < datetime.now(UTC) and record["evidence"]
+
+
+@shows(r"^nats kv ls SCHED_REPLICAS$")
+def _replicas(sh: Shell, h: History, command: str) -> None:
+    assert "replica-b" in sh.run(command).ok().out.split()
+
+
+@shows(r"^nats-scheduler explain ")
+def _explain(sh: Shell, h: History, command: str) -> None:
+    """DEP's one due time of that day on the calendar in force (v2, 02:30 Berlin), not due
+    yet; the Run fired for 01:00 UTC is of the calendar before the edit."""
+    accounted = sh.run(command, DEP=DEP).json_lines()
+    assert accounted == [{"due_at": "2031-01-01T01:30:00Z", "outcome": "pending",
+                          "reason": None, "run_id": None, "since": None, "until": None,
+                          "by": None, "note": None}]
+
+
 @shows(r"^nats stream info SCHED_RUNINDEX --json")
 def _retention(sh: Shell, h: History, command: str) -> None:
     ninety_days = 90 * 24 * 3600 * 10**9
@@ -696,7 +779,9 @@ async def test_nats_cli_every_read_of_the_guide_ends_on_a_quiet_day(
     reads = [c for c in guide_commands() if c.startswith("nats sub ")]
     assert len(reads) >= 8
     with prod_server(tmp_path / "nats") as server:
-        async with scheduler_with_service(server):  # the streams exist, empty
+        async with scheduler_with_service(server) as (provider, _):  # the streams, empty
+            assert provider.runtime is not None and provider.runtime.outages is not None
+            await asyncio.wait_for(provider.runtime.outages.decided.wait(), 30)
             sh = Shell({"PATH": os.pathsep.join([str(Path(nats_cli).parent),
                                                  os.environ.get("PATH", "")]),
                         "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config"),

@@ -67,7 +67,8 @@ _FOREIGN = {"JetStream", "DataTable", "Pilot", "OpenTelemetry", "Textual", "Post
             "SQLite", "MongoDB", "AstraBox", "DBOS", "Quartz", "TimeBroker", "Kubernetes",
             "CronJob", "Temporal", "Jepsen", "NATS", "SIGSTOP", "SIGCONT", "SIGKILL",
             "SIGTERM", "SIGINT", "KV_P_LEASES", "KV_P_REPLICAS", "P_RUNS", "P_SCHEDULES",
-            "P_LEASES", "P_REPLICAS", "P_RUNINDEX", "P_CHECKPOINTS", "RUN_NOW", "NTP", "Ctrl",
+            "P_LEASES", "P_REPLICAS", "P_RUNINDEX", "P_CHECKPOINTS", "P_OUTAGES", "RUN_NOW",
+            "NTP", "Ctrl",
             "None", "True", "False", "Enter", "Escape", "Home", "End", "PgUp", "PgDn", "Tab",
             "Space", "ASTRABOX_SCHEDULER_PROVIDER", "PATH"}
 # Server headers the pages name that neither this code nor the client spells.

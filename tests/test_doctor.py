@@ -45,7 +45,7 @@ from nats_scheduler.settings import NatsSettings
 from tests.harness.clocks import OffsetClock
 from tests.harness.cluster import NatsCluster
 from tests.harness.servers import connect_fast, unique_prefix
-from tests.providers import running
+from tests.providers import eventually, running
 from tests.security_support import PASSWORDS, prod_server, store_state
 
 pytestmark = pytest.mark.anyio
@@ -309,6 +309,11 @@ async def test_doctor_on_the_production_config_per_user(tmp_path: Path) -> None:
                            server_sync_always=True) as provider:
             service = await start_admin_service(provider)
             try:
+                # the clock check reads the replica's estimate: its first beat may come late
+                runtime = provider.runtime
+                assert runtime is not None
+                await eventually(lambda: runtime.membership.server_offset() is not None,
+                                 timeout=30)
                 # every user that connects to the store (``service`` only serves requests)
                 reports = {user: await run_doctor(
                     NatsSettings(url=server.url, user=user, password=PASSWORDS[user],

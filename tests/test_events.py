@@ -17,11 +17,12 @@ FIXTURES = sorted((Path(__file__).parent / "fixtures" / "events").glob("v*/*.jso
 RUN_TAGS = {"run.created", "run.claimed", "run.session_started", "run.attempt_failed",
             "run.dispatched", "run.failed", "run.released"}
 SCHEDULE_TAGS = {"schedule.applied", "schedule.deleted", "schedule.held", "schedule.released"}
+OUTAGE_TAGS = {"outage.recorded"}
 
 
 def test_a_fixture_exists_for_every_event_type() -> None:
     tags = {json.loads(p.read_text())["type"] for p in FIXTURES}
-    assert tags == RUN_TAGS | SCHEDULE_TAGS
+    assert tags == RUN_TAGS | SCHEDULE_TAGS | OUTAGE_TAGS
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: f"{p.parent.name}/{p.stem}")

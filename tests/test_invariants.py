@@ -152,7 +152,8 @@ def test_a_good_history_has_no_violations(good: Builder) -> None:
 def test_every_check_is_named_and_described() -> None:
     assert set(invariants.CHECKS) == {
         "poison", "transition", "projection", "doubled", "missed", "invented", "paused",
-        "sessions", "unfinished", "admit_order", "stolen", "early", "paging"}
+        "sessions", "unfinished", "admit_order", "stolen", "early", "paging",
+        "unexplained"}
 
 
 # ----------------------------------------------------------------------------- poison
@@ -524,3 +525,44 @@ def test_a_takeover_right_after_a_claimed_create_of_a_live_holder_is_stolen() ->
     options = Options(windows=[Window(at(-30), at(90), "a"), Window(at(-30), at(90), "b")],
                       lease_seconds=5.0)
     assert "stolen" in checks(invariants.check(b.history(), options))
+
+
+# ----------------------------------------------------------------------------- unexplained
+
+
+def accounted(b: Builder, read_at: float, **facts: object) -> History:
+    """The history with the store's account facts: outages recorded since before it all."""
+    return replace(b.history(read_at), account=invariants.AccountFacts(
+        accounted_since=at(-3600), **facts))  # type: ignore[arg-type]
+
+
+def test_a_forged_gap_is_reported_and_explained_ones_are_not() -> None:
+    # every 5 minutes since -60 s: due at 0, 300, 600, 900; read at 1000 (a minute's grace)
+    b = Builder()
+    b.apply(-60)
+    b.full_run(0.1)
+    b.full_run(900.1, due=at(900))
+    history = accounted(b, 1000)
+    report = invariants.check(history, Options(grace=5.0))
+    assert sorted(v.subject for v in report.violations if v.check == "unexplained") == [
+        "d@2030-01-01T12:05Z", "d@2030-01-01T12:10Z"]
+    # an outage recorded across 12:05 and 12:10 explains both
+    from nats_scheduler.core.dueaccount import Outage
+    explained = accounted(b, 1000, outages=[Outage(at(200), at(700), "the last Run event")])
+    assert "unexplained" not in checks(invariants.check(explained, Options(grace=5.0)))
+    # so does a Schedule disabled across them
+    b.apply(250, enabled=False)
+    b.apply(800)
+    assert "unexplained" not in checks(invariants.check(accounted(b, 1000), Options(grace=5.0)))
+
+
+def test_unexplained_is_not_judged_where_the_store_cannot_answer() -> None:
+    b = Builder()
+    b.apply(-60)
+    history = b.history(1000)  # no account facts: a store that records no outages
+    assert "unexplained" not in checks(invariants.check(history, Options(grace=5.0)))
+    # within the last minute: pending, not unexplained
+    assert "unexplained" not in checks(invariants.check(accounted(b, 30), Options(grace=5.0)))
+    # due times fired by hand (tests): not judged
+    assert "unexplained" not in checks(invariants.check(
+        accounted(b, 1000), Options(grace=5.0, ticker_only=False)))

@@ -128,10 +128,24 @@ async def test_scheduler_runs_the_provider_and_the_admin_service(tmp_path: Path)
                 assert [r.identity for r in status.replicas] == [provider.identity]
             finally:
                 await nc.close()
-        # a second process on the existing store: verifies instead of creating
+        # a second process on the existing store: verifies instead of creating, and records
+        # the outage since the first one stopped (its one write is allowed)
         async with scheduler_with_service(server) as (again, _):
             assert again.schedules.get("dep-a") is not None
+            assert again.runtime is not None
+            await asyncio.wait_for(again.runtime.outages.decided.wait(), 30)
+            assert again.runtime.outages.recorded is not None
         assert violations(server, "scheduler") == []
+        # with no process running, the auditor reads the account from the store itself
+        nc, _ = await connect_as(server, "auditor")
+        try:
+            client = AdminClient(nc, timeout=1.0)
+            account = await client.explain("dep-a")
+            assert (account.deployment_id, client.last_source) == ("dep-a", "store")
+            assert not any("not recorded" in note for note in account.notes)
+        finally:
+            await nc.close()
+        assert violations(server, "auditor") == []
         nc, log = await connect_as(server, "scheduler")
         try:
             can = await abilities(nc, log)
@@ -231,6 +245,7 @@ async def test_operator_console_and_cli_work(tmp_path: Path) -> None:
                 assert replay.replay_of == run_id and now.requested_by == "operator"
                 assert (await client.cluster_status()).replicas
                 await client.health()
+                assert (await client.load_ahead(1)).capacity is not None  # the service's
                 events = await client.recent_events(deployment_id="dep-a", history=20)
                 assert "schedule.held" in {type(e).__struct_config__.tag for e in events}
             # no scheduler process: reads come straight from the store
@@ -324,6 +339,7 @@ async def test_auditor_views_streams_kv_and_watches_events(tmp_path: Path) -> No
                 await client.get_schedule("dep-b")
                 await client.cluster_status()
                 await client.health()
+                assert (await client.load_ahead(1)).capacity is not None  # the service's
             assert (await client.list_runs("dep-a")).runs[0].run_id == run_id  # from the store
             events = await client.recent_events(history=50)
             assert {"schedule.applied", "run.created", "run.dispatched"} <= {
@@ -382,7 +398,7 @@ async def test_auditor_every_action_is_refused_and_nothing_changes(tmp_path: Pat
 # ================================================================================ the CLI
 
 READ_COMMANDS = [["schedules"], ["schedules", "dep-a"], ["runs", "dep-a"], ["events"],
-                 ["status"]]
+                 ["status"], ["explain", "dep-a"]]
 
 
 async def test_the_command_line_as_operator_and_as_auditor(tmp_path: Path) -> None:

@@ -143,9 +143,13 @@ async def test_filter_sort_and_the_action_dialogs() -> None:
         await pilot.press("h")
         await pilot.pause()
         app.screen.query_one("#reason", Input).value = "upstream API maintenance"
+        app.screen.query_one("#until", Input).value = "2026-03-28T18:00Z"
+
+    async def held_until(pilot: Pilot[None], app: AstraboxConsole) -> None:
+        await pilot.press("enter")  # confirm: held until 18:00 UTC
 
     await _snapshots([("schedules_filtered", filtered), ("bulk_hold_dialog", bulk),
-                      ("hold_dialog", hold)])
+                      ("hold_dialog", hold), ("schedules_held_until", held_until)])
 
 
 async def test_schedule_detail_and_replay() -> None:
@@ -184,6 +188,18 @@ async def test_cluster() -> None:
     await _snapshots([("cluster", cluster)])
 
 
+async def test_load_ahead() -> None:
+    """The next hour's bars and the day's heat strip, a herd at 13:00 UTC (60 tenant reports
+    and the hourly, quarter-hourly and five-minutely jobs: 74 due, two slow fake replicas
+    start 30 within 15 s) and the Berlin spring-forward night in the strip."""
+
+    async def load(pilot: Pilot[None], app: AstraboxConsole) -> None:
+        await pilot.press("4")
+
+    await _snapshots([("load_ahead", load)], backend=FakeBackend(frozen_clock(),
+                                                                  platform=True))
+
+
 async def test_read_only() -> None:
     """The auditor: everything visible, action keys dimmed, '(read-only)' in the bar."""
     backend = FakeBackend(frozen_clock(), can_act=False,
@@ -217,7 +233,8 @@ def test_docs_show_the_current_snapshots() -> None:
 
 
 KEY_NAMES = {"slash": "/", "escape": "Esc", "enter": "Enter",
-             "left_square_bracket": "[", "right_square_bracket": "]"}
+             "left_square_bracket": "[", "right_square_bracket": "]",
+             "less_than_sign": "<", "greater_than_sign": ">"}
 
 
 @pytest.mark.parametrize("page", ["console.md", "operations.md"])
@@ -229,13 +246,14 @@ def test_docs_list_every_key_binding(page: str) -> None:
     from admin_tui.screens.cluster import ClusterScreen
     from admin_tui.screens.connect import ConnectScreen
     from admin_tui.screens.events import EventsScreen
+    from admin_tui.screens.load import LoadScreen
     from admin_tui.screens.schedule_detail import ScheduleDetailScreen
     from admin_tui.screens.schedules import SchedulesScreen
 
     doc = (Path(__file__).parent.parent / "docs" / page).read_text("utf-8")
     rows = [line for line in doc.splitlines() if line.startswith("| ")]
     owners = (AstraboxConsole, SchedulesScreen, ScheduleDetailScreen, EventsScreen,
-              ClusterScreen, ConnectScreen, ConfirmDialog, EventJsonDialog)
+              ClusterScreen, LoadScreen, ConnectScreen, ConfirmDialog, EventJsonDialog)
     for owner in owners:
         for binding in owner.BINDINGS:
             for key in binding.key.split(","):  # type: ignore[union-attr]

@@ -21,10 +21,12 @@ from nats_scheduler.admin.api import (
     AdminError,
     BulkResult,
     ClusterStatus,
+    DueAccount,
     ErrorCode,
     Health,
     LatenessSummary,
     LeaseView,
+    LoadAhead,
     ReplicaMetrics,
     ReplicaView,
     RunList,
@@ -33,9 +35,11 @@ from nats_scheduler.admin.api import (
     ScheduleView,
     StoreHealth,
 )
+from nats_scheduler.admin.load import LoadCounter
 from nats_scheduler.clock import ManualClock
 from nats_scheduler.core import calendar
 from nats_scheduler.core import events as ev
+from nats_scheduler.core.dueaccount import Change, Outage, account, due_times_before, spans
 from nats_scheduler.core.events import Hold, RunRecord, ScheduleRecord
 from nats_scheduler.seam import RunPayload, RunState, Trigger
 
@@ -46,11 +50,19 @@ REPLICA_A = "sched-a-4121-1f2e3d"
 REPLICA_B = "sched-b-3377-9a8b7c"
 
 
+def _lateness_series(count: int, base: float, spread: float, spikes: dict[int, float]
+                     ) -> list[float]:
+    """A replica's latest firings' lateness, deterministic: a ripple and a few spikes."""
+    return [round(spikes.get(i, base + spread * ((i * 7) % 11) / 10), 4) for i in range(count)]
+
+
 REPLICA_A_METRICS = ReplicaMetrics(
     runs_created={"schedule": 118, "run_now": 3}, runs_dispatched={"schedule": 117, "run_now": 3},
     dispatch_attempts=122, dispatch_retries=2, schedules={"active": 4, "held": 1, "disabled": 1},
     lateness={"stored": LatenessSummary(count=118, p50=0.004, p95=0.009, p99=0.012, max=0.02),
               "started": LatenessSummary(count=117, p50=0.011, p95=0.03, p99=0.041, max=0.09)},
+    recent_lateness={"stored": _lateness_series(117, 0.003, 0.004, {90: 0.02}),
+                     "started": _lateness_series(117, 0.008, 0.01, {40: 0.05, 90: 0.09})},
 )
 """The younger replica: a quiet day (two retries, nothing failed)."""
 
@@ -61,6 +73,9 @@ REPLICA_B_METRICS = ReplicaMetrics(
     schedules={"active": 4, "held": 1, "disabled": 1},
     lateness={"stored": LatenessSummary(count=512, p50=0.005, p95=0.014, p99=0.031, max=1.2),
               "started": LatenessSummary(count=509, p50=0.013, p95=0.05, p99=0.24, max=6.5)},
+    recent_lateness={"stored": _lateness_series(120, 0.004, 0.006, {33: 1.2}),
+                     "started": _lateness_series(120, 0.01, 0.02, {33: 6.5, 34: 4.1, 80: 0.24})},
+    auto_holds=1, holds_ended=2,
 )
 """The older replica: it took a Run over once, two Runs failed, the store hiccuped."""
 
@@ -89,10 +104,16 @@ def _run(run_id: str, dep: str, state: RunState, *, created: datetime,
          replay_of: str | None = None, by: str | None = None, reason: str | None = None,
          session: bool = True, holder: str | None = None) -> RunRecord:
     done = state in (RunState.DISPATCHED, RunState.FAILED)
+    scheduled = trigger == Trigger.SCHEDULE
+    # a scheduled Run stored a few ms after its due time, its Session asked for a few more
+    # later (how many: from its ID, so the lateness drawn has some texture)
+    stored = timedelta(milliseconds=4 + sum(map(ord, run_id)) % 9) if scheduled else timedelta()
+    started = stored + timedelta(milliseconds=6 + sum(map(ord, run_id)) % 23)
     return RunRecord(
         run_id=run_id, deployment_id=dep, trigger=trigger,
-        due_at=created if trigger == Trigger.SCHEDULE else None,
-        created_at=created, updated_at=created + timedelta(seconds=4 if done else 1),
+        due_at=created if scheduled else None,
+        created_at=created + stored, updated_at=created + timedelta(seconds=4 if done else 1),
+        started_at=created + started if scheduled and session else None,
         state=state, payload=RunPayload(target="agent/assistant", prompt="Run the routine."),
         session_id=f"ses_{run_id[1:9]}" if session else None,
         turn_id=f"turn_{run_id[1:7]}" if state == RunState.DISPATCHED else None,
@@ -116,6 +137,22 @@ def seed_schedules() -> list[ScheduleRecord]:
         _schedule("dep-lunch-reminder", "lunch-reminder", "0 12 * * MON-FRI",
                   "Australia/Sydney"),
     ]
+
+
+FAKE_FIRE_RATE = 1.0
+"""Runs a fake replica starts a second: slow, so that a herd of a few dozen shows (the two
+replicas start 30 within 15 s)."""
+
+
+def platform_schedules() -> list[ScheduleRecord]:
+    """The rest of a platform, for the load view: 60 tenant reports at 13:00 UTC (a herd),
+    a dozen quarter-hourly syncs in Kolkata, hourly exports at :30 in New York."""
+    return ([_schedule(f"dep-tenant-{i:02d}", f"tenant-report-{i:02d}", "0 13 * * *", "UTC")
+             for i in range(60)]
+            + [_schedule(f"dep-sync-{i:02d}", f"quarter-sync-{i:02d}", "*/15 * * * *",
+                         "Asia/Kolkata") for i in range(12)]
+            + [_schedule(f"dep-export-{i}", f"export-{i}", "30 * * * *", "America/New_York")
+               for i in range(5)])
 
 
 def seed_runs() -> list[RunRecord]:
@@ -144,13 +181,38 @@ def seed_runs() -> list[RunRecord]:
     ]
 
 
+def nightly_history(current: ScheduleRecord) -> tuple[list[Change], list[Outage]]:
+    """nightly-report's last week as the store would tell it: disabled by AstraBox over
+    03-22, re-enabled and held by an operator over 03-23, an outage across 03-24, Runs from
+    then on, a prompt edit (the current record), and 03-28's due time without a Run."""
+    day = datetime(2026, 3, 21, tzinfo=UTC)
+    first = msgspec.structs.replace(current, version=1, hold=None, updated_at=_at(-30 * 24))
+    hold = Hold(by="ana@ops", reason="db migration", at=day + timedelta(days=1, hours=20))
+    changes = [
+        Change(first.updated_at, first),
+        Change(day + timedelta(hours=12), msgspec.structs.replace(first, enabled=False,
+                                                                  version=2)),
+        Change(day + timedelta(days=1, hours=19, minutes=50),
+               msgspec.structs.replace(first, version=3)),
+        Change(hold.at, msgspec.structs.replace(first, version=3, hold=hold)),
+        Change(day + timedelta(days=2, hours=4, minutes=30),
+               msgspec.structs.replace(first, version=3)),
+        Change(current.updated_at, current),
+    ]
+    outage = Outage(day + timedelta(days=3, minutes=40), day + timedelta(days=3, hours=1,
+                                                                          minutes=30),
+                    "the last replica beat or leave")
+    return changes, [outage]
+
+
 class FakeBackend:
     """The AdminBackend protocol over the fixed data above; ``calls`` records each call."""
 
     def __init__(self, clock: ManualClock | None = None, *, can_act: bool = True,
-                 act_reason: str | None = None) -> None:
+                 act_reason: str | None = None, platform: bool = False) -> None:
         self.clock = clock or frozen_clock()
-        self.schedules = {s.deployment_id: s for s in seed_schedules()}
+        seeded = seed_schedules() + (platform_schedules() if platform else [])
+        self.schedules = {s.deployment_id: s for s in seeded}
         self.runs = {r.run_id: r for r in seed_runs()}
         self.act_answer = (can_act, act_reason)
         self.calls: list[tuple[str, object]] = []
@@ -227,9 +289,13 @@ class FakeBackend:
         )
 
     def _upcoming(self, s: ScheduleRecord, count: int) -> list[datetime]:
-        if not s.active:
+        """As the service: of a hold with an end, the due times from the end on."""
+        if not s.active and s.resumes_at is None:
             return []
-        return calendar.upcoming(s.cron, s.timezone, self.clock.now(), count)
+        after = self.clock.now()
+        if s.resumes_at is not None:
+            after = max(after, s.resumes_at - timedelta(microseconds=1))
+        return calendar.upcoming(s.cron, s.timezone, after, count)
 
     def _runs_of(self, dep: str) -> list[RunRecord]:
         runs = [r for r in self.runs.values() if r.deployment_id == dep]
@@ -282,6 +348,31 @@ class FakeBackend:
         return RunList(runs=[_run_view(r) for r in page],
                        next_before=page[-1].run_id if more and page else None)
 
+    async def explain(self, deployment_id: str, *, since: datetime | None = None,
+                      until: datetime | None = None, before: datetime | None = None,
+                      limit: int = 500) -> DueAccount:
+        """The account of due times from the fixed data (``core/dueaccount.py``)."""
+        self._check("explain", (deployment_id, before, limit))
+        record = self._get(deployment_id)
+        now = self.clock.now()
+        until = until or now
+        since = since or until - timedelta(hours=24)
+        changes, outages = (nightly_history(record) if deployment_id == "dep-nightly-report"
+                            else ([Change(record.updated_at, record)], []))
+        calendar_spans = spans(changes)
+        runs = self._runs_of(deployment_id)
+        by_due = {r.due_at: r for r in runs if r.due_at is not None}
+        dues = due_times_before(calendar_spans, since=since, until=until, before=before,
+                                limit=limit + 1)
+        page = account(calendar_spans, by_due, outages, since=since, until=until, now=now,
+                       dues=dues, limit=limit)
+        top = until if before is None else before
+        others = [_run_view(r) for r in runs if r.trigger != Trigger.SCHEDULE
+                  and page.lowest <= r.created_at <= top]
+        return DueAccount(deployment_id=deployment_id, since=since, until=until,
+                          due_times=page.due_times, other_runs=others,
+                          next_before=page.next_before)
+
     async def get_run(self, run_id: str) -> RunView:
         self._check("get_run", run_id)
         if run_id not in self.runs:
@@ -323,6 +414,13 @@ class FakeBackend:
                          if r.state == RunState.FAILED and r.created_at >= since],
         )
 
+    async def load_ahead(self, hours: int = 24) -> LoadAhead:
+        """Counted like the service (admin/load.py), by two slow replicas."""
+        self._check("load_ahead", hours)
+        live = [s for s in self.schedules.values() if not s.deleted]
+        return LoadCounter().count(live, self.clock.now(), hours, replicas=2,
+                                   rate=FAKE_FIRE_RATE)
+
     async def can_act(self) -> tuple[bool, str | None]:
         self._check("can_act")
         return self.act_answer
@@ -357,13 +455,16 @@ class FakeBackend:
         new = msgspec.structs.replace(s, hold=hold, updated_at=self._stamp())
         self.schedules[dep] = new
         kind = ev.ScheduleHeld if hold else ev.ScheduleReleased
-        self.publish(kind(at=new.updated_at, actor=by, schedule=new, by=by, reason=reason))
+        self.publish(kind(at=new.updated_at, actor=by, schedule=new, by=by, reason=reason,
+                          until=hold.until if hold else None))
         return True
 
-    async def hold(self, deployment_id: str, *, by: str, reason: str) -> ScheduleView:
-        self._check("hold", (deployment_id, by, reason))
+    async def hold(self, deployment_id: str, *, by: str, reason: str,
+                   until: datetime | None = None) -> ScheduleView:
+        self._check("hold", (deployment_id, by, reason) + ((until,) if until else ()))
         self._refuse_if_read_only()
-        self._set_hold(deployment_id, Hold(by=by, reason=reason, at=self._stamp()), by, reason)
+        self._set_hold(deployment_id, Hold(by=by, reason=reason, at=self._stamp(),
+                                           until=until), by, reason)
         return self._view(self.schedules[deployment_id])
 
     async def release(self, deployment_id: str, *, by: str, reason: str) -> ScheduleView:

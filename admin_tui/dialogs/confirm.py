@@ -53,6 +53,7 @@ class ConfirmDialog(ModalScreen[str | None]):
                         yield Static(item, classes="dialog-item")
             hint = "reason (required)" if self.reason_mode == "required" else "reason (optional)"
             yield Input(placeholder=hint, id="reason")
+            yield from self.fields()
             with Horizontal(id="dialog-buttons"):
                 yield Button(
                     self.confirm_label, id="confirm",
@@ -60,6 +61,10 @@ class ConfirmDialog(ModalScreen[str | None]):
                     disabled=self.reason_mode == "required",
                 )
                 yield Button("Cancel", id="cancel")
+
+    def fields(self) -> ComposeResult:
+        """More fields under the reason (none here; :meth:`accept` checks them)."""
+        return iter(())
 
     def on_mount(self) -> None:
         self.query_one("#reason", Input).focus()
@@ -73,6 +78,11 @@ class ConfirmDialog(ModalScreen[str | None]):
     def on_input_changed(self, event: Input.Changed) -> None:
         self.query_one("#confirm", Button).disabled = self._reason() is None
 
+    def accept(self, reason: str) -> bool:
+        """Whether the dialog may close with ``reason`` (a dialog with more fields checks
+        them here, says what is wrong and returns False to stay open)."""
+        return True
+
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
         reason = self._reason()
@@ -80,13 +90,14 @@ class ConfirmDialog(ModalScreen[str | None]):
             self.notify("A reason is required: it goes into the audit trail.",
                         severity="warning")
             return
-        self.dismiss(reason)
+        if self.accept(reason):
+            self.dismiss(reason)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
         if event.button.id == "confirm":
             reason = self._reason()
-            if reason is not None:
+            if reason is not None and self.accept(reason):
                 self.dismiss(reason)
         else:
             self.dismiss(None)

@@ -1,11 +1,11 @@
-"""The cluster: provider processes and their figures, Run leases, in-flight Runs, the
-store's health and the history retention."""
+"""The cluster: provider processes and their figures (the highlighted one's latest firings'
+lateness drawn), Run leases, in-flight Runs, the store's health and the history retention."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import ClassVar
 
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
@@ -14,17 +14,17 @@ from textual.widgets import DataTable, Footer, Label
 from nats_scheduler.admin.api import ClusterStatus, ReplicaView
 from nats_scheduler.core import events as ev
 
-from ..messages import ClusterLoaded
+from ..widgets.lateness_chart import LatenessChart
 from ..widgets.lease_table import LeaseTable
 from ..widgets.replica_summary import ReplicaSummary
 from ..widgets.replica_table import ReplicaTable
 from ..widgets.steady import update_changed
 from ..widgets.store_panel import StorePanel
 from ..widgets.top_bar import TopBar
-from .base import ConsoleScreen
+from .one_answer import OneAnswerScreen
 
 
-class ClusterScreen(ConsoleScreen):
+class ClusterScreen(OneAnswerScreen):
     """Reloaded when Runs are claimed, dispatched or failed (they move leases), and on g.
 
     At most once a second from the live feed (a herd moves Runs all the time, and each
@@ -37,11 +37,11 @@ class ClusterScreen(ConsoleScreen):
     min_reload_interval = 1.0
     BINDINGS: ClassVar[list[BindingType]] = [Binding("g", "refresh", "Refresh")]
 
+    asking = "Loading the cluster"
+
     def __init__(self) -> None:
         super().__init__(id="cluster-screen")
         self.status: ClusterStatus | None = None
-        self._loading = False
-        self._again = False
 
     def compose(self) -> ComposeResult:
         yield TopBar("Cluster: processes, leases, store", tab="cluster")
@@ -51,6 +51,7 @@ class ClusterScreen(ConsoleScreen):
                 yield Label("Provider processes", classes="section-title")
                 yield ReplicaTable(id="replicas")
         yield ReplicaSummary(id="replica-summary")
+        yield LatenessChart(id="replica-lateness")
         yield Label("Run leases", classes="section-title")
         yield LeaseTable(id="leases")
         yield Label("", id="in-flight")
@@ -59,31 +60,12 @@ class ClusterScreen(ConsoleScreen):
     def absorb(self, event: object) -> set[str | None]:
         return {None} if isinstance(event, ev.RunEvent) else set()
 
-    def reload(self, dirty: set[str | None] | None) -> None:
-        if self._loading:
-            self._again = True  # once more when the answer is in
-            return
-        self._loading = True
-        self._load()
+    def ask(self) -> Awaitable[object]:
+        return self.console.backend.cluster_status()
 
-    @work(group="load", exit_on_error=False)
-    async def _load(self) -> None:
-        try:
-            status = await self.guarded("Loading the cluster",
-                                        self.console.backend.cluster_status())
-            if status is not None:
-                self.post_message(ClusterLoaded(status))
-        finally:
-            self.call_later(self._loaded)
-
-    def _loaded(self) -> None:
-        self._loading = False
-        if self._again:
-            self._again = False
-            self.request_reload({None})
-
-    def on_cluster_loaded(self, message: ClusterLoaded) -> None:
-        self.status = message.status
+    def answered(self, answer: object) -> None:
+        assert isinstance(answer, ClusterStatus)
+        self.status = answer
         self.repaint()
 
     def repaint(self) -> None:
@@ -92,14 +74,22 @@ class ClusterScreen(ConsoleScreen):
         if self.status is None:
             return
         self.query_one(ReplicaTable).show(self.status.replicas, now)
-        self.query_one(ReplicaSummary).show(self.selected_replica())
+        self._show_replica()
         self.query_one(LeaseTable).show(self.status.leases, now)
         flight = ", ".join(self.status.in_flight) or "none"
         update_changed(self.query_one("#in-flight", Label), f"In-flight Runs: {flight}")
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.data_table.id == "replicas":
-            self.query_one(ReplicaSummary).show(self.selected_replica())
+            self._show_replica()
+
+    def _show_replica(self) -> None:
+        """The highlighted replica's figures, and its latest firings' lateness drawn."""
+        replica = self.selected_replica()
+        self.query_one(ReplicaSummary).show(replica)
+        metrics = replica.metrics if replica is not None else None
+        self.query_one(LatenessChart).show(metrics.recent_lateness if metrics else {},
+                                           "firings of this process")
 
     def selected_replica(self) -> ReplicaView | None:
         """The replica under the cursor (the first one before the table has a cursor)."""

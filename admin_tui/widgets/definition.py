@@ -11,7 +11,7 @@ from textual.widgets import Static
 from nats_scheduler.admin.api import ScheduleView
 from nats_scheduler.admin.callers import held_by
 
-from ..formatting import relative, styled, utc
+from ..formatting import hold_end, relative, styled, utc
 
 
 def definition_table(s: ScheduleView, now: datetime) -> Table:
@@ -27,7 +27,8 @@ def definition_table(s: ScheduleView, now: datetime) -> Table:
         ("State", styled(s.state)),
         ("Enabled", "yes" if s.enabled else "no (AstraBox disabled it)"),
         ("Held", Text(f"by {held_by(hold)} at {utc(hold.at)} ({relative(hold.at, now)})\n"
-                      f"why: {hold.reason}", style="yellow") if hold else Text("no", "dim")),
+                      + (f"ends{hold_end(hold, now)}\n" if hold.until else "")
+                      + f"why: {hold.reason}", style="yellow") if hold else Text("no", "dim")),
         ("Target", s.payload.target),
         ("Prompt", Text(s.payload.prompt, overflow="ellipsis", no_wrap=True)),
         ("Version", str(s.version)),

@@ -50,6 +50,10 @@ def replica_text(replica: ReplicaView | None) -> Text:
     text.append(f"\nAttempts {m.dispatch_attempts} · retries {m.dispatch_retries} · takeovers "
                 f"{m.takeovers} · stale firing reads {m.stale_fire_reads} · store errors ")
     text.append(errors or "none", style="bold red" if "unavailable" in m.store_errors else "")
+    if m.auto_holds or m.holds_ended:
+        text.append(" · holds: auto-held ")
+        text.append(str(m.auto_holds), style="bold red" if m.auto_holds else "")
+        text.append(f", ended {m.holds_ended}")
     text.append("\nHost clock vs the store's: ")
     text.append_text(_offset(replica))
     return text

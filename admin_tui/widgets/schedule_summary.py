@@ -13,7 +13,7 @@ from textual.widgets import Static
 from nats_scheduler.admin.api import ScheduleView
 from nats_scheduler.admin.callers import held_by
 
-from ..formatting import in_zone, relative, styled, utc
+from ..formatting import hold_end, in_zone, relative, styled, utc
 from .schedule_table import HealthFlags
 from .steady import update_changed
 
@@ -28,11 +28,14 @@ def summary_text(s: ScheduleView | None, flags: HealthFlags, now: datetime) -> T
     if s.hold is not None:
         text.append_text(Text.assemble(
             ("Held", "bold yellow"), f" by {held_by(s.hold)} at {utc(s.hold.at)} "
-            f"({relative(s.hold.at, now)}): ", (s.hold.reason, "italic"), "\n",
+            f"({relative(s.hold.at, now)}){hold_end(s.hold, now)}: ",
+            (s.hold.reason, "italic"), "\n",
         ))
-    due = s.next_due[0] if s.next_due and s.state == "enabled" else None
+    ends = s.hold is not None and s.hold.until is not None
+    due = s.next_due[0] if s.next_due and (s.state == "enabled" or ends) else None
     if due is not None:
-        text.append(f"Next due {in_zone(due, s.timezone)} · {utc(due)} · {relative(due, now)}\n")
+        text.append(f"Next due{' after the hold' if ends else ''} {in_zone(due, s.timezone)} · "
+                    f"{utc(due)} · {relative(due, now)}\n")
     else:
         text.append(f"Next due: none ({s.state})\n", style="dim")
     last = s.last_run_state.value if s.last_run_state else "no Runs yet"

@@ -62,6 +62,14 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def state_cell(s: ScheduleView) -> Text:
+    """The state; ``held ◷`` for a hold that ends by itself (the panel below says when)."""
+    cell = styled(s.state)
+    if s.hold is not None and s.hold.until is not None:
+        cell.append(" ◷", style="yellow")
+    return cell
+
+
 def schedule_cells(s: ScheduleView, flags: HealthFlags, now: datetime) -> list[Text]:
     """The cells of one row; pure, so the 1 s repaint only changes what changed."""
     warn = s.deployment_id in flags.silent or s.deployment_id in flags.stuck
@@ -77,7 +85,7 @@ def schedule_cells(s: ScheduleView, flags: HealthFlags, now: datetime) -> list[T
         name,
         Text(_clip(s.cron, 14)),
         Text(_clip(s.timezone, 16)),
-        styled(s.state),
+        state_cell(s),
         Text(zone_short(due, s.timezone)) if due else Text(DASH, style="dim"),
         Text(due.strftime("%H:%M")) if due else Text(DASH, style="dim"),
         Text(compact(due, now)) if due else Text(DASH, style="dim"),

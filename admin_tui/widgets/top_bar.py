@@ -1,6 +1,6 @@
 """The two lines on top of every screen.
 
-Line 1: the app, the three views with their keys (the current one highlighted), the live
+Line 1: the app, the four views with their keys (the current one highlighted), the live
 link, who you are. Line 2: where you are, and the admin service's health signals counted.
 Re-renders when the app's link, health or permission change (watched, not polled).
 """
@@ -22,7 +22,8 @@ LINK_TEXT = {
     "connecting": ("◌ connecting…", "bold yellow"),
     "lost": ("✖ connection lost, reconnecting…", "bold red"),
 }
-TABS = (("1", "Schedules", "schedules"), ("2", "Events", "events"), ("3", "Cluster", "cluster"))
+TABS = (("1", "Schedules", "schedules"), ("2", "Events", "events"), ("3", "Cluster", "cluster"),
+        ("4", "Load", "load"))
 
 
 def health_text(health: Health | None) -> Text:

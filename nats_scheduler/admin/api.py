@@ -13,6 +13,8 @@ Endpoint subjects (``P`` = ``ASTRABOX_NATS_PREFIX``)::
     P.admin.schedules.release   OperatorAction        -> ScheduleView
     P.admin.schedules.hold_bulk    BulkAction         -> BulkResult
     P.admin.schedules.release_bulk BulkAction         -> BulkResult
+    P.admin.schedules.explain   ExplainRequest        -> DueAccount
+    P.admin.schedules.load      LoadRequest           -> LoadAhead
     P.admin.runs.list           RunListRequest        -> RunList
     P.admin.runs.get            RunRef                -> RunView
     P.admin.runs.run_now        RunNowRequest         -> RunView
@@ -30,8 +32,12 @@ from typing import Any, Protocol
 
 import msgspec
 
+from ..core.dueaccount import DueTime
 from ..core.events import RunRecord, ScheduleRecord
 from ..seam import RunState
+from .load_api import LoadAhead as LoadAhead  # the load's types, re-exported
+from .load_api import LoadMinute as LoadMinute
+from .load_api import LoadRequest as LoadRequest
 
 
 class ErrorCode(StrEnum):
@@ -92,6 +98,25 @@ class ScheduleList(msgspec.Struct, frozen=True, kw_only=True):
     next_after: str | None = None
     """More follow: ask again with ``after`` set to this deployment ID (a page fits in one
     message, so a list of any length crosses the server's ``max_payload`` in pages)."""
+
+
+class DueAccount(msgspec.Struct, frozen=True, kw_only=True):
+    """One page of a deployment's account of due times (``core/dueaccount.py``).
+
+    ``due_times`` newest first, each with its outcome; ``other_runs``: the Runs of other
+    triggers (Run now, Replay) created in the span this page covers, listed beside the due
+    times and not counted as any. ``since`` is where the account starts: the one asked, or
+    later when the store cannot say more (``notes`` says why). ``next_before``: more due
+    times follow; ask again with ``before`` set to it.
+    """
+
+    deployment_id: str
+    since: datetime
+    until: datetime
+    due_times: list[DueTime]
+    other_runs: list[RunRecord] = []
+    next_before: datetime | None = None
+    notes: list[str] = []
 
 
 class RunList(msgspec.Struct, frozen=True, kw_only=True):
@@ -156,6 +181,17 @@ class ReplicaMetrics(msgspec.Struct, frozen=True, kw_only=True):
     schedules: dict[str, int] = {}
     runs_in_flight: int = 0
     lateness: dict[str, LatenessSummary] = {}
+    due_times_skipped: dict[str, int] = {}
+    """Due times without a Run by reason (``disabled``, ``held``, ``no_process``, ...)."""
+    due_times_unexplained: int = 0
+    """Due times without a Run and without a reason: broken promises."""
+    auto_holds: int = 0
+    """Schedules it held after repeated failures (``ASTRABOX_NATS_AUTO_HOLD_AFTER_FAILURES``)."""
+    holds_ended: int = 0
+    """Holds with an end it released when the end came."""
+    recent_lateness: dict[str, list[float]] = {}
+    """Per stage, the lateness (seconds) of its latest firings one by one, oldest first
+    (at most 120; empty from replicas older than the field)."""
 
 
 class ReplicaView(msgspec.Struct, frozen=True, kw_only=True):
@@ -289,6 +325,9 @@ class OperatorAction(msgspec.Struct, frozen=True, kw_only=True):
     on_behalf_of: str | None = None
     """Whom the operator says they act for (``--by``): recorded as stated, never as who acted
     (the service records the user the server authenticated, when it can)."""
+    until: datetime | None = None
+    """A hold only: when it lifts itself (on the store's clock; a due time at or after it
+    fires). With its time zone, still to come; None: until released."""
 
 
 class BulkAction(msgspec.Struct, frozen=True, kw_only=True):
@@ -298,6 +337,8 @@ class BulkAction(msgspec.Struct, frozen=True, kw_only=True):
     on_behalf_of: str | None = None
     """Whom the operator says they act for (``--by``): recorded as stated, never as who acted
     (the service records the user the server authenticated, when it can)."""
+    until: datetime | None = None
+    """A hold only: when the holds lift themselves (as :attr:`OperatorAction.until`)."""
     after: str | None = None
     """Act only on the matching Schedules after this deployment ID (BulkResult.next_after)."""
     limit: int | None = None
@@ -309,6 +350,17 @@ class RunListRequest(msgspec.Struct, frozen=True, kw_only=True):
     deployment_id: str
     limit: int = 50
     before: str | None = None
+
+
+class ExplainRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """A page of the account of due times: of ``[since, until]`` (default: the last 24 h up
+    to now), the ``limit`` newest due times before ``before``."""
+
+    deployment_id: str
+    since: datetime | None = None
+    until: datetime | None = None
+    before: datetime | None = None
+    limit: int = 500
 
 
 class RunRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -353,7 +405,11 @@ class AdminBackend(Protocol):
     async def list_runs(self, deployment_id: str, *, limit: int = 50,
                         before: str | None = None) -> RunList: ...
     async def get_run(self, run_id: str) -> RunView: ...
-    async def hold(self, deployment_id: str, *, by: str, reason: str) -> ScheduleView: ...
+    async def explain(self, deployment_id: str, *, since: datetime | None = None,
+                      until: datetime | None = None, before: datetime | None = None,
+                      limit: int = 500) -> DueAccount: ...
+    async def hold(self, deployment_id: str, *, by: str, reason: str,
+                   until: datetime | None = None) -> ScheduleView: ...
     async def release(self, deployment_id: str, *, by: str, reason: str) -> ScheduleView: ...
     async def hold_bulk(self, filter: str, *, by: str, reason: str,
                         after: str | None = None, limit: int | None = None) -> BulkResult: ...
@@ -366,6 +422,7 @@ class AdminBackend(Protocol):
                       reason: str | None = None) -> RunView: ...
     async def replay(self, run_id: str, *, by: str, reason: str | None = None) -> RunView: ...
     async def cluster_status(self) -> ClusterStatus: ...
+    async def load_ahead(self, hours: int = 24) -> LoadAhead: ...
     async def health(self) -> Health: ...
     def events(self, *, deployment_id: str | None = None,
                types: set[str] | None = None, history: int = 100) -> AsyncIterator[object]: ...

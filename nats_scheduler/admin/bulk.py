@@ -65,8 +65,9 @@ async def change_matching(host: AdminHost, req: BulkAction, held: bool,
             break
         done = False
         if (record.hold is not None) != held:
+            ends = {"until": req.until} if held and req.until is not None else {}
             after = await change(dep, by=by, reason=reason, caller=caller,
-                                 on_behalf_of=stated(req.on_behalf_of))
+                                 on_behalf_of=stated(req.on_behalf_of), **ends)
             done = (after.hold is not None) == held
         counts[0 if done else 1] += 1
         if size + cost > budget:

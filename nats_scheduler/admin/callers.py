@@ -17,6 +17,7 @@ client gives, as before schema 3.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 
 import msgspec
 
@@ -80,3 +81,11 @@ def who_text(by: str, caller: Caller | None, on_behalf_of: str | None) -> str:
 def held_by(hold: Hold) -> str:
     """:func:`who_text` of a hold."""
     return who_text(hold.by, hold.caller, hold.on_behalf_of)
+
+
+def until_text(until: datetime | None) -> str:
+    """`` until 2026-12-05 14:00:00Z`` for a hold that ends by itself, else ``""``: shown
+    wherever the hold is."""
+    if until is None:
+        return ""
+    return f" until {until.astimezone(UTC):%Y-%m-%d %H:%M:%S}Z"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
 from typing import TypeVar
 
 import msgspec
@@ -29,10 +30,12 @@ from ..clock import Clock
 from ..core.events import AnyEvent
 from ..names import HDR_SERVICE_ERROR, HDR_SERVICE_ERROR_CODE, HDR_STATUS, Names
 from . import api
+from .account_reads import AccountReader
 from .event_feed import EventFeed, event_type, follow, type_matches
 from .health import HealthPolicy
+from .load import MAX_HOURS, LoadCounter
 from .permissions import Probe, ViolationLog
-from .reader import StoreReader
+from .reader import StoreReader, checked, guarded
 
 __all__ = ["BULK_PAGE", "AdminClient", "EventFeed", "event_type", "merge_bulk", "type_matches"]
 
@@ -153,12 +156,14 @@ class AdminClient:
                                 api.ScheduleDetail, lambda: self.reader.get_schedule(deployment_id))
 
     async def hold(self, deployment_id: str, *, by: str, reason: str,
-                   on_behalf_of: str | None = None) -> api.ScheduleView:
+                   on_behalf_of: str | None = None, until: datetime | None = None
+                   ) -> api.ScheduleView:
         """Hold; ``by`` is this client's name for itself (the service records the user the
-        server authenticated instead, when it can), ``on_behalf_of`` whom it acts for."""
+        server authenticated instead, when it can), ``on_behalf_of`` whom it acts for,
+        ``until`` when the hold lifts itself (None: until released)."""
         return await self._act("schedules.hold", api.OperatorAction(
-            deployment_id=deployment_id, by=by, reason=reason, on_behalf_of=on_behalf_of),
-            api.ScheduleView)
+            deployment_id=deployment_id, by=by, reason=reason, on_behalf_of=on_behalf_of,
+            until=until), api.ScheduleView)
 
     async def release(self, deployment_id: str, *, by: str, reason: str,
                       on_behalf_of: str | None = None) -> api.ScheduleView:
@@ -179,15 +184,15 @@ class AdminClient:
         return await self._bulk("schedules.release_bulk", filter, by, reason, after, limit)
 
     async def bulk_pages(self, filter: str, *, hold: bool, by: str, reason: str,
-                         limit: int = BULK_PAGE, on_behalf_of: str | None = None
-                         ) -> AsyncIterator[api.BulkResult]:
+                         limit: int = BULK_PAGE, on_behalf_of: str | None = None,
+                         until: datetime | None = None) -> AsyncIterator[api.BulkResult]:
         """A bulk hold/release page by page (stop iterating to stop between two pages)."""
         endpoint = "schedules.hold_bulk" if hold else "schedules.release_bulk"
         after: str | None = None
         while True:
             page = await self._act(endpoint, api.BulkAction(
                 filter=filter, by=by, reason=reason, after=after, limit=limit,
-                on_behalf_of=on_behalf_of), api.BulkResult)
+                on_behalf_of=on_behalf_of, until=until), api.BulkResult)
             yield page
             if page.next_after is None:
                 return
@@ -216,6 +221,36 @@ class AdminClient:
         return await self._read("runs.get", api.RunRef(run_id=run_id), api.RunView,
                                 lambda: self.reader.get_run(run_id))
 
+    async def explain(self, deployment_id: str, *, since: datetime | None = None,
+                      until: datetime | None = None, before: datetime | None = None,
+                      limit: int = 500) -> api.DueAccount:
+        """A page of the account of due times: from the admin service, or read from the
+        store when none answers (due times since the last process stopped: ``no_process``)."""
+        request = api.ExplainRequest(deployment_id=deployment_id, since=since, until=until,
+                                     before=before, limit=limit)
+
+        async def from_store() -> api.DueAccount:
+            reader = AccountReader(self.reader.store(), timeout=self.timeout)
+            return await guarded("the account of due times", lambda: reader.page(
+                checked(deployment_id, "deployment ID"), now=self.reader.clock.now(),
+                since=since, until=until, before=before, limit=limit))
+
+        return await self._read("schedules.explain", request, api.DueAccount, from_store)
+
+    async def explain_pages(self, deployment_id: str, *, since: datetime | None = None,
+                            until: datetime | None = None, limit: int = 500
+                            ) -> AsyncIterator[api.DueAccount]:
+        """The whole account of ``[since, until]`` page by page, newest first."""
+        before: datetime | None = None
+        while True:
+            page = await self.explain(deployment_id, since=since, until=until, before=before,
+                                      limit=limit)
+            yield page
+            if page.next_before is None:
+                return
+            before = page.next_before
+            since, until = page.since, page.until  # the window the first page settled
+
     async def run_now(self, deployment_id: str, *, by: str, reason: str | None = None,
                       request_id: str | None = None, on_behalf_of: str | None = None
                       ) -> api.RunView:
@@ -235,6 +270,20 @@ class AdminClient:
     async def cluster_status(self) -> api.ClusterStatus:
         return await self._read("cluster.status", None, api.ClusterStatus,
                                 lambda: self.reader.cluster_status(replica_timeout=0.3))
+
+    async def load_ahead(self, hours: int = 24) -> api.LoadAhead:
+        """Scheduled Runs due per minute over the next ``hours``; from the store when no
+        process answers (then no minute is called a herd: no live replica to compare)."""
+        if not 1 <= hours <= MAX_HOURS:
+            raise api.AdminError(api.ErrorCode.INVALID_REQUEST,
+                                 f"the load ahead covers 1 to {MAX_HOURS} hours, not {hours}")
+
+        async def from_store() -> api.LoadAhead:
+            records = (await self.reader.schedule_table()).live()
+            return LoadCounter().count(records, self.reader.clock.now(), hours, replicas=None)
+
+        return await self._read("schedules.load", api.LoadRequest(hours=hours), api.LoadAhead,
+                                from_store)
 
     async def health(self) -> api.Health:
         return await self._read("health", None, api.Health, self.reader.health)

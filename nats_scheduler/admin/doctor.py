@@ -33,6 +33,7 @@ from nats.js.api import StreamConfig
 from ..clock import SystemClock
 from ..core.herd import busiest_minute
 from ..jetstream.connection import connect, jetstream_off, server_version
+from ..jetstream.outages import stream_config as outage_stream_config
 from ..jetstream.setup import incompatibilities
 from ..jetstream.store import Store
 from ..names import HDR_STATUS, JS_API_INFO, Names, is_kv_stream, stream_info_subject
@@ -113,6 +114,7 @@ def _wanted_configs(nc: Client, settings: NatsSettings) -> list[StreamConfig]:
     configs = Store(nc, settings).stream_configs()
     configs.append(StreamConfig(name=names.leases_stream, subjects=[names.leases_filter]))
     configs.append(StreamConfig(name=names.replicas_stream, subjects=[names.replicas_filter]))
+    configs.append(outage_stream_config(names, settings))  # created once a replica joined
     return configs
 
 

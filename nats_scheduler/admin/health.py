@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 
 from ..core import calendar
 from ..core.events import RunRecord, ScheduleRecord
+from ..core.herd import FIRE_RATE_PER_REPLICA
 from ..names import scheduled_run_id
 from ..projections.ledger import Ledger
 from ..seam import RunState
@@ -44,6 +45,9 @@ class HealthPolicy:
     lease_seconds: float = 5.0
     """The providers' lease length (ASTRABOX_NATS_LEASE_SECONDS)."""
     failed_window: timedelta = timedelta(hours=24)
+    fire_rate: float = FIRE_RATE_PER_REPLICA
+    """Runs one replica starts a second in a busy minute: the load view's herd threshold
+    (``core/herd.py``; tests lower it to mark a herd of a few Schedules)."""
 
     @property
     def stuck_after(self) -> timedelta:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from ..core.dueaccount import Outage
 from ..core.events import AnyEvent, RunEventType, ScheduleEvent
 from ..core.pause_visibility import PAUSE_VISIBILITY_SECONDS
 from ..jetstream.leases import LeaseValue
@@ -76,14 +77,30 @@ class Window:
 
 
 @dataclass(frozen=True)
+class AccountFacts:
+    """What the store says beyond the events: the outages and how far back it can answer."""
+
+    outages: Sequence[Outage] = ()
+    accounted_since: datetime | None = None
+    """When the store began to record outages; None: it records none (not judged)."""
+    retention_days: float | None = None
+    retention_runs: int | None = None
+
+
+@dataclass(frozen=True)
 class History:
-    """Every stored event of one prefix, in stream order, and the leases stored now."""
+    """Every stored event of one prefix, in stream order, and the leases stored now.
+
+    ``account``: the outages the store recorded (and the one going on) and how far back it
+    can answer (:class:`AccountFacts`); None: ``unexplained`` is not judged.
+    """
 
     prefix: str
     runs: Sequence[StoredEvent]
     schedules: Sequence[StoredEvent]
     leases: Mapping[str, LeaseValue] = field(default_factory=dict)
     read_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    account: AccountFacts | None = None
 
 
 @dataclass(frozen=True)

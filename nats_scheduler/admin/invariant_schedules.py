@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from ..core import calendar
+from ..core.dueaccount import is_due
 from ..core.events import RunClaimed, RunCreated, RunFailed, RunRecord, ScheduleRecord
 from ..core.pause_visibility import NOT_STARTED_AFTER_PAUSE
 from ..names import due_token
@@ -33,10 +34,16 @@ def _schedule_at(events: ScheduleHistory, instant: datetime) -> ScheduleRecord |
 
 
 def _inactive_since(events: ScheduleHistory, instant: datetime) -> datetime | None:
-    """When the Schedule stopped firing, if it was not firing at ``instant``; else None."""
+    """When the Schedule stopped firing, if it was not firing at ``instant``; else None.
+
+    A state fired if it was active, or held by a hold whose end came before the next event
+    (before ``instant`` for the last): the hold lifted itself then, release stored or not.
+    """
     since = None
-    for stored, event in _until(events, instant):
-        if event.schedule.active:
+    before = _until(events, instant)
+    for i, (stored, event) in enumerate(before):
+        end = before[i + 1][0].stored_at if i + 1 < len(before) else instant
+        if event.schedule.fires_at(end):
             since = None
         elif since is None:
             since = stored.stored_at
@@ -59,19 +66,12 @@ def why_invented(run: RunRecord, first: StoredEvent, events: ScheduleHistory,
                               _schedule_at(events, lookback)) if s is not None]
     if not candidates:
         return "stored before its schedule existed"
-    if not any(_is_due(s, run.due_at) for s in candidates):
+    if not any(is_due(s, run.due_at) for s in candidates):
         return "not a due time of its schedule"
     if (options.windows and options.ticker_only
             and not _near_window(run.due_at, options.windows, options.margin, options.skew)):
         return "due while no replica was alive"
     return None
-
-
-def _is_due(schedule: ScheduleRecord, due: datetime) -> bool:
-    try:
-        return calendar.is_due_time(schedule.cron, schedule.timezone, due)
-    except ValueError:
-        return False
 
 
 def _near_window(instant: datetime, windows: Sequence[Window], margin: float,
@@ -104,11 +104,14 @@ def expected_due_times(schedules: Mapping[str, ScheduleHistory], options: Option
 
 def _active_spans(events: ScheduleHistory, now: datetime
                   ) -> Iterator[tuple[datetime, datetime, ScheduleRecord]]:
-    """(from, until, record) for each stretch in which one active definition was in force."""
+    """(from, until, record) for each stretch in which one active definition was in force
+    (a hold with an end: from that end, which comes before its release is stored)."""
     for i, (stored, event) in enumerate(events):
-        if event.schedule.active:
-            until = events[i + 1][0].stored_at if i + 1 < len(events) else now
-            yield stored.stored_at, until, event.schedule
+        record = event.schedule
+        until = events[i + 1][0].stored_at if i + 1 < len(events) else now
+        start = stored.stored_at if record.active else record.resumes_at
+        if start is not None and max(start, stored.stored_at) < until:
+            yield max(start, stored.stored_at), until, record
 
 
 def _merged(windows: Sequence[Window]) -> list[Window]:

@@ -37,6 +37,11 @@ The checks (``CHECKS`` names them; docs/failure-modes.md says which test proves 
   liveness window covered the whole lease before it.
 - ``early``: a scheduled Run whose creation (or first claim: the start) the server stored
   before its due time, beyond ``EARLY_TOLERANCE``; only when the tickers alone fired.
+- ``unexplained``: a due time of the calendar as it stood, a minute past, with no Run and
+  nothing that explains it: not disabled, held, changed at that moment, nor inside an
+  outage the store recorded (``invariant_account.py``; the account of due times of
+  ``nats-scheduler explain`` over every Schedule). Only where the store can answer: from
+  the first start of a release that records outages, within the retention.
 - ``paging``: a deployment's history, walked page by page as a client pages it, that does
   not list every retained Run exactly once, newest first, every page full but the last.
   Not judged here from events: ``nats-scheduler check`` walks a sample of deployments on
@@ -61,8 +66,10 @@ from ..core.runcore import TransitionError, evolve
 from ..jetstream.leases import LeaseValue
 from ..names import Names, scheduled_run_id
 from ..seam import Trigger
+from .invariant_account import Histories, unexplained_of
 from .invariant_inputs import (
     EARLY_TOLERANCE,
+    AccountFacts,
     HandlerCall,
     History,
     Options,
@@ -101,6 +108,7 @@ CHECKS: dict[str, str] = {
     "stolen": "a Run taken over from a holder that was alive through its whole lease",
     "early": "a scheduled Run created or started before its due time, by the server's clock",
     "paging": "paging a deployment's history does not list every retained Run exactly once",
+    "unexplained": "a due time with no Run while a replica ran and the Schedule was active",
 }
 
 
@@ -109,7 +117,8 @@ CHECKS: dict[str, str] = {
 
 def check(history: History, options: Options | None = None) -> Report:
     """Run every check that the history and options allow; see the module docstring."""
-    checker = Checker(history.prefix, history.schedules, history.leases, options)
+    checker = Checker(history.prefix, history.schedules, history.leases, options,
+                      account=history.account)
     for stored in history.runs:
         checker.feed(stored)
     return checker.finish(history.read_at)
@@ -138,12 +147,15 @@ class Checker:
     a violation.
 
     ``partial``: the events start mid-stream (``check --since``): a Run whose creation came
-    before the first event is skipped, not reported.
+    before the first event is skipped, not reported; ``since``: the instant they start
+    from. ``account``: the store's outages and reach (``invariant_account.py``); without,
+    ``unexplained`` is not judged.
     """
 
     def __init__(self, prefix: str, schedules: Iterable[StoredEvent],
                  leases: Mapping[str, LeaseValue] | None = None,
-                 options: Options | None = None, *, partial: bool = False) -> None:
+                 options: Options | None = None, *, partial: bool = False,
+                 since: datetime | None = None, account: AccountFacts | None = None) -> None:
         self._names = Names(prefix)
         self._options = options or Options()
         self._partial = partial
@@ -156,6 +168,9 @@ class Checker:
         """``hash()`` of the ID of every Run whose creation was read."""
         self._odd: dict[tuple[str, datetime], list[str]] = {}
         """Scheduled Runs whose ID is not the one derived from their due time (forged)."""
+        self._since = since
+        self._account = account
+        self._histories = Histories({}, {})
         self.runs = 0
         self.events = len(schedule_events)
         self.skipped = 0
@@ -205,6 +220,7 @@ class Checker:
         self._seen.add(hash(run_id))
         self.runs += 1
         run = event.run
+        self._histories.note(run.deployment_id, run.created_at)
         if (run.trigger == Trigger.SCHEDULE and run.due_at is not None
                 and run_id != scheduled_run_id(run.deployment_id, run.due_at)):
             self._odd.setdefault((run.deployment_id, run.due_at), []).append(run_id)
@@ -252,6 +268,10 @@ class Checker:
                                     options.grace)
             self._close(run_id)
         found += self._due_times(now)
+        if self._account is not None and options.ticker_only:
+            found += unexplained_of(self._schedules, self._account, self._histories,
+                                    lambda dep, due: self._has_run((dep, due)), now=now,
+                                    since=self._since)
         found += self._unknown_in_ledger()
         for run_id, calls in self._calls.items():  # calls of Runs never read
             found += admit_order_of(run_id, [], calls, options.clock_tolerance)

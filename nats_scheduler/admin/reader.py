@@ -253,10 +253,14 @@ class StoreReader:
             table.apply(item.seq, decode_schedule_event(item.data).schedule)
         return table
 
+    def store(self) -> Store:
+        """The provider's store reads over this connection (no process needed)."""
+        return Store(self.nc, NatsSettings(prefix=self.names.prefix,
+                                           store_retry_seconds=self.timeout))
+
     def reads(self) -> tuple[PagedHistory, RunReads]:
         """History reads over this connection (the provider's own code, no process needed)."""
-        store = Store(self.nc, NatsSettings(prefix=self.names.prefix,
-                                            store_retry_seconds=self.timeout))
+        store = self.store()
         history = PagedHistory(store)
         return history, RunReads(history, RunLog(store, Ledger()), Ledger(), self.clock)
 
@@ -271,7 +275,7 @@ class StoreReader:
         return ledger
 
     async def schedule_record(self, deployment_id: str) -> ScheduleRecord | None:
-        subject = self.names.schedule_subject(_checked(deployment_id, "deployment ID"))
+        subject = self.names.schedule_subject(checked(deployment_id, "deployment ID"))
         stored = await guarded("a schedule", lambda: last_message(
             self.nc, self.names.schedules_stream, subject, timeout=self.timeout))
         return None if stored is None else decode_schedule_event(stored.data).schedule
@@ -279,7 +283,7 @@ class StoreReader:
     async def run_record(self, run_id: str) -> RunRecord | None:
         """A retained Run by ID, or None."""
         _, reads = self.reads()
-        return await guarded("a run", lambda: reads.find(_checked(run_id, "run ID")))
+        return await guarded("a run", lambda: reads.find(checked(run_id, "run ID")))
 
     async def leases(self) -> dict[str, LeaseValue]:
         """run_id -> lease of every lease currently stored (expired ones included)."""
@@ -311,7 +315,7 @@ class StoreReader:
     async def list_runs(self, deployment_id: str, *, limit: int = 50,
                         before: str | None = None) -> RunList:
         probe = probe_limit(limit)
-        _checked(deployment_id, "deployment ID")
+        checked(deployment_id, "deployment ID")
         _, reads = self.reads()
         try:
             page = await guarded("runs", lambda: reads.page(deployment_id, probe, before))
@@ -388,7 +392,7 @@ class StoreReader:
             budget=sys.maxsize)
 
 
-def _checked(value: str, what: str) -> str:
+def checked(value: str, what: str) -> str:
     """An ID usable in a lookup, or an INVALID_REQUEST error naming the problem."""
     try:
         token(value)

@@ -46,13 +46,18 @@ from ..core.events import Caller, ScheduleRecord
 from ..jetstream.connection import connect
 from ..names import SERVICE_NAME
 from ..seam import EnqueueRequest, Trigger
+from .account_reads import AccountReader
 from .api import (
     AdminError,
     BulkAction,
     BulkResult,
     ClusterStatus,
+    DueAccount,
     ErrorCode,
+    ExplainRequest,
     Health,
+    LoadAhead,
+    LoadRequest,
     OperatorAction,
     ReplayRequest,
     ReplicaMetrics,
@@ -81,6 +86,7 @@ from .callers import proven_caller, stated, who_text
 from .health import HealthPolicy, build_health
 from .herd_watch import BusiestMinute
 from .host import AdminHost
+from .load import LoadCounter
 from .reader import REPLICA_STATUS_ENDPOINT, StoreReader, lease_expiries
 from .service_errors import error_body, error_headers, optional_reason, required, to_admin_error
 from .views import probe_limit, run_list, schedule_detail, schedule_page, schedule_view
@@ -126,6 +132,7 @@ class AdminService:
         self._own: Client | None = None
         """The service's own connection (its login, its account), when it has one."""
         self._busiest = BusiestMinute()
+        self._load = LoadCounter()
 
     @property
     def _clock_now(self) -> datetime:
@@ -153,6 +160,8 @@ class AdminService:
             "schedules.release": (OperatorAction, self.release),
             "schedules.hold_bulk": (BulkAction, self.hold_bulk),
             "schedules.release_bulk": (BulkAction, self.release_bulk),
+            "schedules.explain": (ExplainRequest, self.explain),
+            "schedules.load": (LoadRequest, self.load),
             "runs.list": (RunListRequest, self.list_runs),
             "runs.get": (RunRef, self.get_run),
             "runs.run_now": (RunNowRequest, self.run_now),
@@ -273,9 +282,10 @@ class AdminService:
         """Hold or release one Schedule, recording who (proven when ``caller``) and why."""
         by, reason = required(req.by, "by"), required(req.reason, "reason")
         behalf = stated(req.on_behalf_of)
+        ends = {"until": req.until} if held and req.until is not None else {}
         change = self.provider.hold if held else self.provider.release
         record = await change(req.deployment_id, by=by, reason=reason, caller=caller,
-                              on_behalf_of=behalf)
+                              on_behalf_of=behalf, **ends)
         log.info("%s %s %s: %s", who_text(by, caller, behalf), "held" if held else "released",
                  req.deployment_id, reason)
         return self._view(record)
@@ -290,6 +300,25 @@ class AdminService:
                  req.reason.strip())
         return result
 
+    async def explain(self, req: ExplainRequest) -> DueAccount:
+        """A page of the account of due times, from the store (any replica answers). A page
+        that would not fit one message is asked again with half as many due times."""
+        reader = AccountReader(self.provider.store)
+        limit = req.limit
+        while True:
+            page = await reader.page(req.deployment_id, now=self._clock_now, since=req.since,
+                                     until=req.until, before=req.before, limit=limit,
+                                     running=True)
+            if limit == 1 or len(_encoder.encode(page)) <= self._budget():
+                return page
+            limit //= 2
+
+    async def load(self, req: LoadRequest) -> LoadAhead:
+        """Scheduled Runs due per minute ahead, herds named by the live replicas (load.py)."""
+        running = self.provider.runtime
+        return await self._load.answer(
+            self.provider.schedules.live(), self._clock_now, req.hours,
+            replicas=running.live_replicas() if running else 1, rate=self.policy.fire_rate)
     async def hold_bulk(self, req: BulkAction, caller: Caller | None) -> BulkResult:
         return await self._bulk(req, caller, held=True)
 

@@ -30,10 +30,12 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from ..core.events import RunCreated, decode_event
+from ..jetstream.outages import OutageLog
 from ..names import Names
-from .invariants import Checker, History, Options, Report, StoredEvent
+from .account_reads import AccountReader
+from .invariants import AccountFacts, Checker, History, Options, Report, StoredEvent
 from .paging_check import PAGING_SAMPLE, PagingSample, check_paging
-from .reader import StoreReader, guarded
+from .reader import StoreReader, guarded, index_retention
 
 
 async def read_stream(nc: Client, stream: str, subject_filter: str, *,
@@ -91,6 +93,26 @@ def _stored(seq: int, subject: str, stored_at: datetime, data: bytes) -> StoredE
     return StoredEvent(seq, subject, stored_at, event)
 
 
+async def account_facts(nc: Client, prefix: str = "SCHED", *,
+                        timeout: float = 5.0) -> AccountFacts:
+    """The outages the store recorded (and the one going on now, when no replica's key is
+    in the replicas bucket), when it began to record them, and the retention in force."""
+    store = StoreReader(nc, prefix, timeout=timeout).store()
+
+    async def read() -> AccountFacts:
+        outages = await AccountReader(store, timeout=timeout).outages(_EPOCH, running=False)
+        since = await OutageLog(store).created_at()
+        retention = await index_retention(nc.jetstream(timeout=timeout), store.names)
+        return AccountFacts(outages=outages, accounted_since=since,
+                            retention_days=retention.days if retention else None,
+                            retention_runs=retention.runs if retention else None)
+
+    return await guarded("outage records", read)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 async def load_history(nc: Client, prefix: str = "SCHED", *, timeout: float = 5.0) -> History:
     """Every Schedule and Run event of ``prefix`` and the stored leases.
 
@@ -103,8 +125,9 @@ async def load_history(nc: Client, prefix: str = "SCHED", *, timeout: float = 5.
     schedules = await guarded("schedule events", lambda: read_stream(
         nc, names.schedules_stream, names.schedules_filter, timeout=timeout))
     leases = await StoreReader(nc, prefix, timeout=timeout).leases()
+    account = await account_facts(nc, prefix, timeout=timeout)
     return History(prefix=prefix, runs=runs, schedules=schedules, leases=leases,
-                   read_at=read_at)
+                   read_at=read_at, account=account)
 
 
 BATCH = 2000
@@ -216,7 +239,9 @@ async def check_stored(nc: Client, prefix: str, options: Options, *,
     schedules = await guarded("schedule events", lambda: read_stream(
         nc, names.schedules_stream, names.schedules_filter, timeout=timeout))
     leases = await StoreReader(nc, prefix, timeout=timeout).leases()
-    checker = Checker(prefix, schedules, leases, options, partial=since is not None)
+    account = await account_facts(nc, prefix, timeout=timeout)
+    checker = Checker(prefix, schedules, leases, options, partial=since is not None,
+                      since=since, account=account)
     sample = PagingSample(paging_sample)
 
     async def feed() -> None:

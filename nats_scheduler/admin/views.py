@@ -50,8 +50,12 @@ def matches(record: ScheduleRecord, text: str | None) -> bool:
 
 
 def _upcoming(record: ScheduleRecord, now: datetime, count: int) -> list[datetime]:
-    if not record.active:
+    """The next due times; of a hold with an end, those from its end on (they will fire)."""
+    resumes = record.resumes_at
+    if not record.active and resumes is None:
         return []
+    if resumes is not None:
+        now = max(now, resumes - timedelta(microseconds=1))  # a due time at the end fires
     try:
         return calendar.upcoming(record.cron, record.timezone, now, count)
     except ValueError:  # a record stored before a stricter parser: show no due times

@@ -11,7 +11,7 @@ import argparse
 
 import msgspec
 
-from ..admin.callers import who_text
+from ..admin.callers import until_text, who_text
 from ..admin.client import event_type
 from ..core.events import AnyEvent, OperatorChange, RunEvent, ScheduleEvent, to_builtins
 from .common import (
@@ -41,7 +41,8 @@ def describe(event: AnyEvent) -> str:
         detail = f"v{schedule.version} {schedule.cron} {schedule.timezone} {state}"
         extra = []
         if isinstance(event, OperatorChange):
-            extra.append(f"by {who_text(event.by, event.caller, event.on_behalf_of)}")
+            extra.append(f"by {who_text(event.by, event.caller, event.on_behalf_of)}"
+                         f"{until_text(event.until)}")
         if getattr(event, "reason", None):
             extra.append(f"reason {event.reason!r}")  # type: ignore[union-attr]
         subject = schedule.deployment_id

@@ -4,6 +4,7 @@ One module per command group registers its subcommands:
 
 - :mod:`.schedules` - ``schedules``, ``hold``, ``release``
 - :mod:`.runs` - ``runs``, ``run``, ``run-now``, ``replay``
+- :mod:`.explain` - ``explain`` (the account of due times)
 - :mod:`.events` - ``events`` (``--follow``)
 - :mod:`.status` - ``status``, ``doctor``; :mod:`.check` - ``check`` (the invariants)
 - :mod:`.demo` - ``demo``; :mod:`.server` - ``server``; :mod:`.devhost` - ``devhost ...``
@@ -17,7 +18,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import check, demo, devhost, events, runs, schedules, server, status
+from . import check, demo, devhost, events, explain, runs, schedules, server, status
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
                "4 unavailable, 5 forbidden, 6 conflict, 7 unhealthy",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (schedules, runs, events, status, check, demo, server, devhost):
+    for module in (schedules, runs, explain, events, status, check, demo, server, devhost):
         module.register(sub)
     return parser
 

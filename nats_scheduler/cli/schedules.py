@@ -10,16 +10,21 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import datetime
 
-from ..admin.api import BulkResult, ScheduleDetail, ScheduleView
-from ..admin.callers import held_by
+from ..admin.api import BulkResult, ErrorCode, ScheduleDetail, ScheduleView
+from ..admin.callers import held_by, until_text
 from ..admin.client import AdminClient, merge_bulk
+from ..admin.load import MAX_HOURS
+from ..clock import SystemClock
+from ..core.validation import parse_hold_end
 from . import common
+from .load import load_text
 
 
 def _state(view: ScheduleView) -> str:
     if view.hold is not None:
-        return f"held by {held_by(view.hold)}"
+        return f"held by {held_by(view.hold)}{until_text(view.hold.until)}"
     return view.state
 
 
@@ -46,8 +51,8 @@ def detail_text(detail: ScheduleDetail) -> str:
         f"updated     {common.when(v.updated_at)}",
     ]
     if v.hold is not None:
-        lines.append(f"held        by {held_by(v.hold)} at {common.when(v.hold.at)}: "
-                     f"{v.hold.reason}")
+        lines.append(f"held        by {held_by(v.hold)} at {common.when(v.hold.at)}"
+                     f"{until_text(v.hold.until)}: {v.hold.reason}")
     if v.last_run_state is not None:
         lines.append(f"last run    {v.last_run_state.value} (created {common.when(v.last_run_at)})")
     lines.append(f"failed 24h  {v.failures_24h}")
@@ -58,7 +63,19 @@ def detail_text(detail: ScheduleDetail) -> str:
 
 
 async def _schedules(args: argparse.Namespace) -> int:
+    if args.load and (args.deployment or args.filter or args.all):
+        print("error: --load counts every Schedule: give no DEPLOYMENT, --filter or --all",
+              file=sys.stderr, flush=True)
+        return common.EXIT_INVALID
     async with common.admin_client(args) as client:
+        if args.load:
+            ahead = await client.load_ahead(args.hours)
+            if args.json:
+                common.print_json({"minutes": [{"minute": m.minute, "due": m.due}
+                                               for m in ahead.minutes]})
+            else:
+                print(load_text(ahead), flush=True)
+            return common.EXIT_OK
         if args.deployment:
             detail = await client.get_schedule(args.deployment)
             if args.json:
@@ -87,13 +104,13 @@ def _bulk_text(result: BulkResult, hold: bool) -> str:
             f"{result.unchanged_total} unchanged{more}")
 
 
-async def _bulk(client: AdminClient, args: argparse.Namespace, hold: bool, by: str
-                ) -> BulkResult:
+async def _bulk(client: AdminClient, args: argparse.Namespace, hold: bool, by: str,
+                until: datetime | None) -> BulkResult:
     """Follow the bulk action's pages; on a terminal, say how far it got after each page."""
     pages: list[BulkResult] = []
     done = 0
     async for page in client.bulk_pages(args.filter, hold=hold, by=by, reason=args.reason,
-                                        on_behalf_of=args.by):
+                                        on_behalf_of=args.by, until=until):
         pages.append(page)
         done += page.changed_total + page.unchanged_total
         if page.next_after is not None and sys.stderr.isatty():
@@ -106,16 +123,26 @@ async def _hold_or_release(args: argparse.Namespace, hold: bool) -> int:
         print("error: give either a DEPLOYMENT or --filter TEXT", file=sys.stderr, flush=True)
         return common.EXIT_INVALID
     by = common.default_actor()
+    until = None
+    if hold and args.until is not None:
+        try:
+            until = parse_hold_end(args.until, SystemClock().now())
+        except ValueError as exc:
+            return common.report_error(args, ErrorCode.INVALID_REQUEST, str(exc))
     async with common.admin_client(args) as client:
         if args.filter:
-            result = await _bulk(client, args, hold, by)
+            result = await _bulk(client, args, hold, by, until)
             if args.json:
                 common.print_json(result)
             else:
                 print(_bulk_text(result, hold), flush=True)
             return common.EXIT_OK
-        single = client.hold if hold else client.release
-        view = await single(args.deployment, by=by, reason=args.reason, on_behalf_of=args.by)
+        if hold:
+            view = await client.hold(args.deployment, by=by, reason=args.reason,
+                                     on_behalf_of=args.by, until=until)
+        else:
+            view = await client.release(args.deployment, by=by, reason=args.reason,
+                                        on_behalf_of=args.by)
         if args.json:
             common.print_json(view)
         else:
@@ -130,6 +157,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     schedules.add_argument("deployment", nargs="?", help="show this Schedule in detail")
     schedules.add_argument("--filter", help="only IDs or names containing this text")
     schedules.add_argument("--all", action="store_true", help="include deleted Schedules")
+    schedules.add_argument("--load", action="store_true",
+                           help="scheduled Runs due per minute ahead, herd minutes named")
+    schedules.add_argument("--hours", type=int, default=24,
+                           help=f"with --load: how far ahead (1-{MAX_HOURS}, default 24)")
     schedules.set_defaults(func=lambda a: common.run_command(a, _schedules))
 
     for name, hold in (("hold", True), ("release", False)):
@@ -141,5 +172,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                               "contains this text")
         command.add_argument("--reason", required=True, help="why (recorded)")
         command.add_argument("--by", help=common.BY_HELP)
+        if hold:
+            command.add_argument(
+                "--until", metavar="WHEN",
+                help="the hold lifts itself then (by the store's clock): an instant with its "
+                     "time zone (2026-12-05T14:00:00Z) or a time from now (+90m, +2h, +1d)")
         command.set_defaults(func=lambda a, h=hold: common.run_command(
             a, lambda args: _hold_or_release(args, h)))

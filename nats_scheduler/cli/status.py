@@ -109,6 +109,8 @@ def metrics_line(m: ReplicaMetrics | None) -> str:
         f"store errors {_by_key(m.store_errors) or 'none'}",
         f"in flight {m.runs_in_flight}",
         f"Schedules {schedules or 'none'}",
+        *([f"holds: auto-held {m.auto_holds}, ended {m.holds_ended}"]
+          if m.auto_holds or m.holds_ended else []),
     ])
 
 

@@ -22,11 +22,19 @@ import msgspec
 
 from ..seam import Run, RunState, Schedule
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """1: the first release. 2 (additive): ``run.created`` may carry its creator's claim
 (``holder``), the Run then DISPATCHING at attempt 1 from its first event. 3 (additive): an
 operator's hold or release names the user the NATS server authenticated (``caller``; ``by``
-is then that user), and a name the client only stated is kept apart as ``on_behalf_of``."""
+is then that user), and a name the client only stated is kept apart as ``on_behalf_of``;
+a new event, ``outage.recorded`` (a span in which no provider process ran).
+4 (additive): a hold may end by itself (``until``), the scheduler holds and releases on its
+own (``by`` is :data:`SYSTEM`: a hold that ended, repeated failures), and a Run records when
+the ``start_session`` call that gave it its Session began (``started_at``)."""
+
+SYSTEM = "system"
+"""``by`` of the holds and releases the scheduler writes itself (``caller`` is then None):
+the release of a hold whose end came, the hold after repeated failures."""
 
 
 class RunRecord(Run, frozen=True, kw_only=True):
@@ -57,6 +65,11 @@ class RunRecord(Run, frozen=True, kw_only=True):
     on_behalf_of: str | None = None
     """Whom an operator said a Run now or Replay is for (``--by``): stated, never proven;
     ``requested_by`` is the user the server authenticated (schema 3)."""
+    started_at: datetime | None = None
+    """When the ``start_session`` call that returned the Session began, on the dispatching
+    process's clock (schema 4): its due time to this is the Run's start lateness. Not part
+    of the state :func:`~nats_scheduler.core.runcore.evolve` verifies: a writer of an
+    earlier release carries no such field and drops it."""
 
     @property
     def finished(self) -> bool:
@@ -98,6 +111,14 @@ class Hold(msgspec.Struct, frozen=True, kw_only=True):
     at: datetime
     caller: Caller | None = None
     on_behalf_of: str | None = None
+    until: datetime | None = None
+    """When the hold lifts itself, on the store's clock (schema 4): a due time at or after
+    it fires, whether or not the release (by :data:`SYSTEM`) is stored yet. None: until an
+    operator releases it."""
+
+    def ended(self, instant: datetime) -> bool:
+        """Whether this hold had lifted itself by ``instant`` (it has an end, and it came)."""
+        return self.until is not None and self.until <= instant
 
 
 class ScheduleRecord(Schedule, frozen=True, kw_only=True, gc=False):
@@ -120,6 +141,22 @@ class ScheduleRecord(Schedule, frozen=True, kw_only=True, gc=False):
     def active(self) -> bool:
         """Whether the calendar fires: enabled, not held, not deleted."""
         return self.enabled and not self.deleted and self.hold is None
+
+    @property
+    def resumes_at(self) -> datetime | None:
+        """When a hold with an end lifts itself, for a Schedule that fires but for it."""
+        hold = self.hold
+        if hold is None or hold.until is None or not self.enabled or self.deleted:
+            return None
+        return hold.until
+
+    def fires_at(self, instant: datetime) -> bool:
+        """Whether a due time at ``instant`` fires: :attr:`active`, or held by a hold whose
+        end came by then (the firing path's test: the release may not be stored yet)."""
+        if self.active:
+            return True
+        resumes = self.resumes_at
+        return resumes is not None and resumes <= instant
 
     def definition(self) -> Schedule:
         """AstraBox's Schedule as last applied."""
@@ -223,29 +260,57 @@ class ScheduleDeleted(ScheduleEvent, frozen=True, kw_only=True, tag="schedule.de
 
 class OperatorChange(ScheduleEvent, frozen=True, kw_only=True):
     """An operator's hold or release: who (``by``; proven when ``caller`` is set), why, and
-    whom the operator said they acted for (``on_behalf_of``, stated, never proven)."""
+    whom the operator said they acted for (``on_behalf_of``, stated, never proven).
+
+    The scheduler's own (schema 4) have ``by`` :data:`SYSTEM` and no ``caller``.
+    """
 
     by: str
     reason: str
     caller: Caller | None = None
     on_behalf_of: str | None = None
+    until: datetime | None = None
+    """On a hold: when it lifts itself. On a release by :data:`SYSTEM`: the end that came."""
 
 
 class ScheduleHeld(OperatorChange, frozen=True, kw_only=True, tag="schedule.held"):
-    """An operator paused the Schedule (not cleared by apply/reconcile)."""
+    """An operator paused the Schedule (not cleared by apply/reconcile), or the scheduler
+    did after repeated failures (``by`` :data:`SYSTEM`)."""
 
 
 class ScheduleReleased(OperatorChange, frozen=True, kw_only=True, tag="schedule.released"):
-    """An operator lifted the hold."""
+    """An operator lifted the hold, or (``by`` :data:`SYSTEM`, the hold's reason and
+    ``until``) the hold's end came."""
 
 
 ScheduleEventType = ScheduleApplied | ScheduleDeleted | ScheduleHeld | ScheduleReleased
 
-AnyEvent = RunEventType | ScheduleEventType
+# ------------------------------------------------------------------------ outage events
+
+
+class OutageRecorded(Event, frozen=True, kw_only=True, tag="outage.recorded"):
+    """No provider process ran from ``start`` to ``end`` (schema 3).
+
+    Appended once per outage by the first replica to start after it (``actor``): ``end`` is
+    that replica's start, ``start`` the last instant a process provably ran (the newest
+    server timestamp of anything a process stored), and ``evidence`` names that write. Due
+    times in between were skipped by the rules (no backfill); the account of due times
+    (``core/dueaccount.py``) reads them as ``no_process``. Times are the store's clock.
+    """
+
+    start: datetime
+    end: datetime
+    evidence: str = ""
+
+
+OutageEventType = OutageRecorded
+
+AnyEvent = RunEventType | ScheduleEventType | OutageEventType
 
 _encoder = msgspec.json.Encoder()
 _run_decoder = msgspec.json.Decoder(RunEventType)
 _schedule_decoder = msgspec.json.Decoder(ScheduleEventType)
+_outage_decoder = msgspec.json.Decoder(OutageEventType)
 _any_decoder = msgspec.json.Decoder(AnyEvent)
 
 
@@ -260,6 +325,10 @@ def decode_run_event(data: bytes) -> RunEventType:
 
 def decode_schedule_event(data: bytes) -> ScheduleEventType:
     return _schedule_decoder.decode(data)
+
+
+def decode_outage_event(data: bytes) -> OutageEventType:
+    return _outage_decoder.decode(data)
 
 
 def decode_event(data: bytes) -> AnyEvent:

@@ -10,10 +10,12 @@ top of the hour that the herd will spill. Pure: Schedules and ``now`` in, counts
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import Counter
-from collections.abc import Iterable
-from datetime import datetime, timedelta
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 from . import calendar
 from .events import ScheduleRecord
@@ -61,3 +63,77 @@ def replicas_needed(due: int, *, rate: float = FIRE_RATE_PER_REPLICA,
                     lateness: float = HERD_LATENESS_SECONDS) -> int:
     """Live replicas (one core each) that start ``due`` Runs within ``lateness``."""
     return max(1, math.ceil(due / (rate * lateness)))
+
+
+class Calendar(NamedTuple):
+    """What Schedules share when they are due at the same instants: the cron expression and
+    time zone, and the end of their hold when they are held until an instant."""
+
+    cron: str
+    timezone: str
+    resumes: datetime | None = None
+
+
+def calendars(records: Iterable[ScheduleRecord]) -> Counter[Calendar]:
+    """How many Schedules fire on each calendar: the active ones, and the ones held until an
+    instant (from that instant on). Disabled, held and deleted ones fire nothing."""
+    counts: Counter[Calendar] = Counter()
+    for record in records:
+        if record.active:
+            counts[Calendar(record.cron, record.timezone)] += 1
+        elif (resumes := record.resumes_at) is not None:
+            counts[Calendar(record.cron, record.timezone, resumes)] += 1
+    return counts
+
+
+_HOUR = 3600
+
+
+class MinuteLoad:
+    """Scheduled Runs due per minute over the next hours, from per-calendar counts.
+
+    Schedules that share a calendar are expanded once, and each calendar's due times are
+    kept for the hour they were computed in (a window of whole hours from the current one,
+    wide enough for any request of at most ``max_hours``): a refresh within the hour costs
+    one lookup and a few additions per calendar, never a calendar walk per Schedule. Pure
+    (no clock: ``now`` is given); not thread-safe, one caller at a time.
+    """
+
+    def __init__(self, max_hours: int = 48) -> None:
+        self.max_hours = max_hours
+        self._hour: int | None = None
+        self._dues: dict[tuple[str, str], tuple[int, ...]] = {}
+
+    def _due(self, cron: str, timezone: str, hour: int) -> tuple[int, ...]:
+        key = (cron, timezone)
+        found = self._dues.get(key)
+        if found is None:
+            begin = datetime.fromtimestamp(hour, UTC)
+            try:
+                dues = calendar.due_times(cron, timezone, begin - timedelta(microseconds=1),
+                                          begin + timedelta(hours=self.max_hours + 1))
+            except ValueError:
+                dues = []  # a calendar the provider refuses to fire fires nothing
+            found = self._dues[key] = tuple(int(due.timestamp()) for due in dues)
+        return found
+
+    def count(self, counts: Mapping[Calendar, int], now: datetime, hours: int
+              ) -> Counter[datetime]:
+        """Due times per minute strictly after ``now`` and up to ``hours`` later (the
+        minute's UTC instant -> how many Runs are due then)."""
+        if not 1 <= hours <= self.max_hours:
+            raise ValueError(f"the load ahead covers 1 to {self.max_hours} hours, not {hours}")
+        start = now.timestamp()
+        hour = int(start) // _HOUR * _HOUR
+        if hour != self._hour:
+            self._hour, self._dues = hour, {}
+        end = start + hours * _HOUR
+        per_minute: Counter[int] = Counter()
+        for (cron, timezone, resumes), count in counts.items():
+            dues = self._due(cron, timezone, hour)
+            lo = bisect.bisect_right(dues, start)
+            if resumes is not None:
+                lo = max(lo, bisect.bisect_left(dues, resumes.timestamp()))
+            for ts in dues[lo:bisect.bisect_right(dues, end)]:
+                per_minute[ts] += count
+        return Counter({datetime.fromtimestamp(ts, UTC): n for ts, n in per_minute.items()})

@@ -172,10 +172,14 @@ def claim(record: RunRecord, *, holder: str, now: datetime) -> RunClaimed:
 
 
 def session_started(
-    record: RunRecord, *, session_id: str, now: datetime, actor: str
+    record: RunRecord, *, session_id: str, now: datetime, actor: str,
+    started_at: datetime | None = None,
 ) -> RunSessionStarted:
+    """``start_session`` returned ``session_id``; ``started_at``: when that call began (the
+    Run's start, for its lateness; kept once set)."""
     _require(record, RunState.DISPATCHING)
-    new = msgspec.structs.replace(record, session_id=session_id, updated_at=now)
+    new = msgspec.structs.replace(record, session_id=session_id, updated_at=now,
+                                  started_at=record.started_at or started_at)
     return RunSessionStarted(at=now, actor=actor, run=new, session_id=session_id)
 
 
@@ -233,7 +237,9 @@ def evolve(record: RunRecord | None, event: RunEventType) -> RunRecord:
         raise TransitionError(f"run {event.run.run_id}: {type(event).__name__} before created")
     if event.run.run_id != record.run_id:
         raise TransitionError("event of another run")
-    expected = _replay(record, event)
+    # started_at is a measure, not a state: taken as the writer gives it (one of an earlier
+    # release leaves it out), so a mixed-release history still verifies
+    expected = msgspec.structs.replace(_replay(record, event), started_at=event.run.started_at)
     if expected != event.run:
         raise TransitionError(f"run {record.run_id}: event state does not follow from the Run")
     return event.run

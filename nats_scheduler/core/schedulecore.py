@@ -17,8 +17,10 @@ import msgspec
 
 from ..seam import Schedule, ScheduleCapacityExceeded
 from .events import (
+    SYSTEM,
     Caller,
     Hold,
+    RunRecord,
     ScheduleApplied,
     ScheduleDeleted,
     ScheduleHeld,
@@ -90,19 +92,24 @@ class OperatorNotes(TypedDict, total=False):
     reason: Required[str]
     caller: Caller | None
     on_behalf_of: str | None
+    until: datetime | None
+    """A hold only: when it lifts itself (``Hold.until``); None, until released."""
 
 
 def decide_hold(current: ScheduleRecord, *, now: datetime, actor: str,
                 **notes: Unpack[OperatorNotes]) -> ScheduleHeld | None:
-    """Put an operator hold on the Schedule; holding a held Schedule writes nothing."""
+    """Put an operator hold on the Schedule; holding a held Schedule writes nothing (a held
+    Schedule keeps its hold, and its end: release it and hold it again to change them)."""
     if current.hold is not None:
         return None
     caller, on_behalf_of = notes.get("caller"), notes.get("on_behalf_of")
     by, reason = caller.user if caller is not None else notes["by"], notes["reason"]
-    hold = Hold(by=by, reason=reason, at=now, caller=caller, on_behalf_of=on_behalf_of)
+    until = notes.get("until")
+    hold = Hold(by=by, reason=reason, at=now, caller=caller, on_behalf_of=on_behalf_of,
+                until=until)
     record = msgspec.structs.replace(current, hold=hold, updated_at=now)
     return ScheduleHeld(at=now, actor=actor, schedule=record, by=by, reason=reason,
-                        caller=caller, on_behalf_of=on_behalf_of)
+                        caller=caller, on_behalf_of=on_behalf_of, until=until)
 
 
 def decide_release(current: ScheduleRecord, *, now: datetime, actor: str,
@@ -115,6 +122,54 @@ def decide_release(current: ScheduleRecord, *, now: datetime, actor: str,
     record = msgspec.structs.replace(current, hold=None, updated_at=now)
     return ScheduleReleased(at=now, actor=actor, schedule=record, by=by,
                             reason=notes["reason"], caller=caller, on_behalf_of=on_behalf_of)
+
+
+def decide_hold_end(current: ScheduleRecord | None, *, now: datetime, actor: str
+                    ) -> ScheduleReleased | None:
+    """The release of a hold whose end has come, by :data:`SYSTEM` with the hold's reason.
+
+    Nothing when the stored Schedule has no such hold by ``now``: released meanwhile, held
+    again with a later end, deleted. Decided on the stored state like every change, so of
+    the replicas that try at the end, one writes it.
+    """
+    if current is None or current.deleted or current.hold is None:
+        return None
+    hold = current.hold
+    if not hold.ended(now):
+        return None
+    record = msgspec.structs.replace(current, hold=None, updated_at=now)
+    return ScheduleReleased(at=now, actor=actor, schedule=record, by=SYSTEM,
+                            reason=hold.reason, until=hold.until)
+
+
+AUTO_HOLD_RUNS_NAMED = 10
+"""Run IDs an automatic hold's reason names at most (the newest): a reason is a note of at
+most 1,000 characters (core/validation.py)."""
+
+
+def decide_auto_hold(current: ScheduleRecord | None, failed: Sequence[RunRecord], *,
+                     now: datetime, actor: str) -> ScheduleHeld | None:
+    """The scheduler's own hold after ``failed``, scheduled Runs that ended FAILED in a row
+    (oldest first), naming the last error and the Runs.
+
+    Nothing when the stored Schedule does not fire (deleted, disabled, held already), or
+    changed after the first of those Runs was created (an operator released it, AstraBox
+    applied a new definition): the count starts again at every change, and this decision,
+    on the stored state, is what keeps a release made a moment ago from being undone.
+    """
+    if current is None or not current.active or not failed:
+        return None
+    if any(run.created_at < current.updated_at for run in failed):
+        return None
+    named = [run.run_id for run in failed[-AUTO_HOLD_RUNS_NAMED:]]
+    more = len(failed) - len(named)
+    runs = ", ".join(named) + (f" and {more} earlier" if more else "")
+    error = (failed[-1].error or "no reason given")[:300]
+    reason = (f"{len(failed)} scheduled Runs in a row ended failed; last error: {error}; "
+              f"Runs: {runs}")
+    hold = Hold(by=SYSTEM, reason=reason, at=now)
+    record = msgspec.structs.replace(current, hold=hold, updated_at=now)
+    return ScheduleHeld(at=now, actor=actor, schedule=record, by=SYSTEM, reason=reason)
 
 
 OperatorDecision = Callable[..., ScheduleHeld | ScheduleReleased | None]

@@ -9,7 +9,8 @@ I/O: the size check takes the server's limit as an argument.
 from __future__ import annotations
 
 import functools
-from datetime import UTC, datetime
+import re
+from datetime import UTC, datetime, timedelta
 
 from ..seam import EnqueueRequest, InvalidSchedule, Schedule, Trigger
 from . import calendar
@@ -94,14 +95,29 @@ def check_notes(**notes: str | None) -> None:
             raise ValueError(f"{what} {problem}")
 
 
-def check_operator_action(by: str, reason: str, on_behalf_of: str | None = None) -> None:
+def check_operator_action(by: str, reason: str, on_behalf_of: str | None = None, *,
+                          until: datetime | None = None, now: datetime | None = None) -> None:
     """An operator hold or release names who asks and why, in storable text (and whom the
-    operator acts for, when stated)."""
+    operator acts for, when stated); a hold's end (``until``) is still to come at ``now``."""
     if not by or not by.strip():
         raise ValueError("an operator action needs the name of who asks for it")
     if not reason or not reason.strip():
         raise ValueError("an operator hold or release needs a reason")
     check_notes(by=by, reason=reason, on_behalf_of=on_behalf_of)
+    if now is not None:
+        check_hold_end(until, now)
+
+
+def check_hold_end(until: datetime | None, now: datetime) -> None:
+    """A hold's end, when given, is an instant with its time zone, still to come."""
+    if until is None:
+        return
+    if until.tzinfo is None or until.utcoffset() is None:
+        raise ValueError("the end of a hold must say its time zone (for example "
+                         "2026-12-05T14:00:00Z or 2026-12-05T15:00:00+01:00)")
+    if until <= now:
+        shown = until.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+        raise ValueError(f"the end of a hold must be later than now ({shown} has passed)")
 
 
 def check_schedule(schedule: Schedule) -> None:
@@ -203,3 +219,28 @@ def utc(value: datetime, what: str) -> datetime:
     if value.tzinfo is None:
         raise ValueError(f"{what} must be a timezone-aware datetime")
     return value.astimezone(UTC)
+
+
+_DURATION = re.compile(r"^\+(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?$")
+
+
+def parse_hold_end(text: str, now: datetime) -> datetime:
+    """When a hold ends, as an operator types it: an instant in ISO 8601 with its time zone
+    (``2026-12-05T14:00:00Z``, ``2026-12-05 15:00+01:00``), or a time from ``now``
+    (``+90m``, ``+2h``, ``+1d12h``). ValueError, saying what is accepted, for anything else;
+    whether it is still to come is checked where the hold is decided (:func:`check_hold_end`)."""
+    value = text.strip()
+    match = _DURATION.match(value)
+    if match and any(match.groups()):
+        days, hours, minutes = (int(part or 0) for part in match.groups())
+        return now + timedelta(days=days, hours=hours, minutes=minutes)
+    try:
+        instant = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"cannot read {value!r} as the end of a hold: give an instant with its "
+                         "time zone (2026-12-05T14:00:00Z) or a time from now (+90m, +2h, "
+                         "+1d)") from None
+    if instant.tzinfo is None:
+        raise ValueError(f"the end of a hold must say its time zone: {value!r} has none (add "
+                         "Z for UTC, or an offset such as +01:00)")
+    return instant.astimezone(UTC)

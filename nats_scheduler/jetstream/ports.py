@@ -70,12 +70,17 @@ class JetStreamPorts:
 
 
 async def open_store(settings: NatsSettings, identity: str, *,
-                     count_error: Callable[[str], None] | None = None) -> Store:
+                     count_error: Callable[[str], None] | None = None,
+                     before_ensure: Callable[[Store], Awaitable[None]] | None = None) -> Store:
     """Connect as ``identity``, check the server and prepare the streams and the lease
-    bucket (``SchedulerUnavailable``, ``SchedulerConfigurationError``)."""
+    bucket (``SchedulerUnavailable``, ``SchedulerConfigurationError``). ``before_ensure``
+    reads the store as it was before this process changed anything (the outage record's
+    last writes)."""
     store = Store(await connect(settings, identity), settings, count_error=count_error)
     try:
         await store.check_server()
+        if before_ensure is not None:
+            await before_ensure(store)
         await store.ensure()
     except BaseException:
         await store.close()

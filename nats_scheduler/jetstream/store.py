@@ -358,6 +358,8 @@ class Store:
             return self.names.index_stream
         if self.names.is_checkpoint_subject(subject):
             return self.names.checkpoints_stream
+        if self.names.is_outage_subject(subject):
+            return self.names.outages_stream
         return self.names.schedules_stream
 
     async def close(self) -> None:

@@ -314,15 +314,16 @@ class Dispatcher:
         """One attempt: start_session, store it, admit_turn, store it; or record the failure."""
         assert flight.record is not None
         record = flight.record
+        called = self._clock.now()
         if record.due_at is not None and record.attempts == 1 and record.session_id is None:
-            self._metrics.fire_lateness("started", record.due_at, self._clock.now())
+            self._metrics.fire_lateness("started", record.due_at, called)
         try:
             session_id = await self._call(self._handler.start_session,
                                           runcore.invocation(flight.record), flight)
             if flight.record.session_id is None:
                 await self._append(flight, runcore.session_started(
                     flight.record, session_id=session_id, now=self._clock.now(),
-                    actor=self.identity))
+                    actor=self.identity, started_at=called))
             turn_id = await self._call(self._handler.admit_turn,
                                        runcore.invocation(flight.record), flight)
             await self._append(flight, runcore.dispatched(

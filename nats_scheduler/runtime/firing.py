@@ -120,8 +120,8 @@ class Firing:
         """Store the Run of one due time (the ticker's single code path).
 
         Returns the Run (also when another process stored it first), None when the Schedule
-        is unknown, deleted, disabled or held; InvalidSchedule when ``due_at`` is not one of
-        its due times.
+        is unknown, deleted, disabled or held at ``due_at`` (a hold whose end came by then
+        no longer counts); InvalidSchedule when ``due_at`` is not one of its due times.
         """
         due = validation.utc(due_at, "due_at")
         if not validation.usable_id(deployment_id):
@@ -132,7 +132,7 @@ class Firing:
         announced: Announcement | None = None
         while True:
             read_at, record = await self._read(deployment_id)
-            if record is None or not record.active:
+            if record is None or not record.fires_at(due):
                 return None
             if not calendar.is_due_time(record.cron, record.timezone, due):
                 raise InvalidSchedule(
@@ -342,7 +342,7 @@ class Firing:
         plans = []
         for deployment_id, due in due_times:
             record = self.table.get(deployment_id)
-            if record is None or not record.active:
+            if record is None or not record.fires_at(due):
                 continue
             if not _is_due_time(record.cron, record.timezone, due):
                 continue  # its calendar changed since the ticker planned it
@@ -360,8 +360,9 @@ class Firing:
             current = self.table.get(item.record.deployment_id)
             if current is None:
                 continue  # deleted meanwhile
-            if current is not item.record and not (current.active and _is_due_time(
-                    current.cron, current.timezone, item.due)):
+            if current is not item.record and not (
+                    current.fires_at(item.due)
+                    and _is_due_time(current.cron, current.timezone, item.due)):
                 continue
             kept.append(item._replace(record=current))
         return kept

@@ -44,4 +44,4 @@ class PauseGate:
         if (stored_at - record.created_at).total_seconds() <= FIRE_READ_MAX_AGE:
             return True
         schedule = await self.schedules.as_of(record.deployment_id, stored_at)
-        return schedule is None or schedule.active
+        return schedule is None or schedule.fires_at(stored_at)

@@ -16,6 +16,7 @@ alert to set on it.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
@@ -44,6 +45,10 @@ FailureReason = Literal["permanent", "exhausted", "paused"]
 
 LATENESS_WINDOW = 1000
 """The snapshot's lateness percentiles are over this many latest firings per stage."""
+
+RECENT_LATENESS = 120
+"""The latest firings per stage whose lateness ``replica.status`` returns one by one (the
+console draws them): a couple of hours of an every-minute Schedule, a few KiB."""
 
 LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                     300.0)
@@ -107,6 +112,24 @@ RUNS_IN_FLIGHT = InstrumentSpec(
     "astrabox.scheduler.runs.in_flight", "updowncounter", "{run}",
     "Runs this process holds the lease of right now")
 
+DUE_SKIPPED = InstrumentSpec(
+    "astrabox.scheduler.due_times.skipped", "counter", "{due_time}",
+    "Due times that passed without a Run for a reason the rules give: the Schedule disabled "
+    "(reason=disabled) or held (held), no provider process running (no_process: counted by "
+    "the replica that records the outage), a change at that moment (schedule_change, "
+    "deleted)", ("reason",))
+DUE_UNEXPLAINED = InstrumentSpec(
+    "astrabox.scheduler.due_times.unexplained", "counter", "{due_time}",
+    "Due times of an active Schedule, with a replica running, that have no Run a minute "
+    "after they passed: a broken promise (page on any)")
+AUTO_HOLDS = InstrumentSpec(
+    "astrabox.scheduler.schedules.auto_held", "counter", "{schedule}",
+    "Schedules this process held after their scheduled Runs failed "
+    "ASTRABOX_NATS_AUTO_HOLD_AFTER_FAILURES times in a row")
+HOLDS_ENDED = InstrumentSpec(
+    "astrabox.scheduler.schedules.holds_ended", "counter", "{schedule}",
+    "Holds with an end that this process released when their end came")
+
 CLOCK_OFFSET = InstrumentSpec(
     "astrabox.scheduler.clock.offset", "gauge", "s",
     "This host's clock minus the store's (the server's timestamps on this process's own "
@@ -115,7 +138,8 @@ CLOCK_OFFSET = InstrumentSpec(
 
 INSTRUMENTS = (FIRE_LATENESS, RUNS_CREATED, RUNS_DISPATCHED, RUNS_FAILED, DISPATCH_ATTEMPTS,
                DISPATCH_RETRIES, TAKEOVERS, STALE_FIRE_READS, STALE_SCHEDULE_COPIES,
-               STORE_ERRORS, EVENTS_SKIPPED, SCHEDULES, RUNS_IN_FLIGHT, CLOCK_OFFSET)
+               STORE_ERRORS, EVENTS_SKIPPED, SCHEDULES, RUNS_IN_FLIGHT, AUTO_HOLDS,
+               HOLDS_ENDED, CLOCK_OFFSET, DUE_SKIPPED, DUE_UNEXPLAINED)
 """Every instrument the provider exports (docs/operations.md lists the same)."""
 
 
@@ -147,6 +171,12 @@ class Snapshot:
     schedules: dict[str, int] = field(default_factory=dict)
     runs_in_flight: int = 0
     lateness: dict[str, Lateness] = field(default_factory=dict)
+    due_times_skipped: dict[str, int] = field(default_factory=dict)
+    due_times_unexplained: int = 0
+    auto_holds: int = 0
+    holds_ended: int = 0
+    recent_lateness: dict[str, list[float]] = field(default_factory=dict)
+    """The latest :data:`RECENT_LATENESS` firings' lateness per stage, oldest first."""
 
 
 def _version() -> str:
@@ -224,6 +254,14 @@ class Metrics:
     def retry(self, trigger: Trigger) -> None:
         self._count(DISPATCH_RETRIES, "", {"trigger": trigger.value})
 
+    def auto_hold(self) -> None:
+        """This process stored the hold of a Schedule whose Runs kept failing."""
+        self._count(AUTO_HOLDS, "", {})
+
+    def hold_ended(self) -> None:
+        """This process stored the release of a hold whose end came."""
+        self._count(HOLDS_ENDED, "", {})
+
     def stale_fire_read(self) -> None:
         self._count(STALE_FIRE_READS, "", {})
 
@@ -239,6 +277,16 @@ class Metrics:
         """A projection refused a message on the event subjects (a poison event)."""
         self._count(EVENTS_SKIPPED, stream, {"stream": stream})
 
+    def due_times_skipped(self, reason: str, count: int = 1) -> None:
+        """``count`` due times passed without a Run, for ``reason`` (``core/dueaccount.py``)."""
+        if count > 0:
+            self._count(DUE_SKIPPED, reason, {"reason": reason}, count)
+
+    def due_times_unexplained(self, count: int = 1) -> None:
+        """``count`` due times passed the grace without a Run and without a reason."""
+        if count > 0:
+            self._count(DUE_UNEXPLAINED, "", {}, count)
+
     def clock_offset(self, seconds: float) -> None:
         """This host's clock minus the store's, as the newest estimate has it."""
         self._offset.set(seconds)
@@ -250,9 +298,10 @@ class Metrics:
         self._in_flight += delta
         self._gauges[RUNS_IN_FLIGHT.name].add(delta)
 
-    def _count(self, spec: InstrumentSpec, key: str, attributes: Mapping[str, str]) -> None:
-        self._counters[spec.name].add(1, attributes)
-        self._counts[(spec.name, key)] += 1
+    def _count(self, spec: InstrumentSpec, key: str, attributes: Mapping[str, str],
+               amount: int = 1) -> None:
+        self._counters[spec.name].add(amount, attributes)
+        self._counts[(spec.name, key)] += amount
 
     # ------------------------------------------------------------------ Schedules
 
@@ -320,6 +369,13 @@ class Metrics:
             runs_in_flight=self._in_flight,
             lateness={stage: summary for stage, samples in self._lateness.items()
                       if (summary := _summary(samples)) is not None},
+            due_times_skipped=by_key(DUE_SKIPPED),
+            due_times_unexplained=total(DUE_UNEXPLAINED),
+            auto_holds=total(AUTO_HOLDS),
+            holds_ended=total(HOLDS_ENDED),
+            recent_lateness={stage: [round(x, 4) for x in itertools.islice(
+                samples, max(0, len(samples) - RECENT_LATENESS), None)]
+                for stage, samples in self._lateness.items() if samples},
         )
 
 

@@ -7,6 +7,9 @@ Schedules. Rules (docs/contract.md, "The guarantees"; docs/design.md, "Firing"):
 - No backfill: a Schedule's first due time is computed from the moment this process starts,
   or the moment the Schedule became active again. Times that passed while no process ran or
   while it was disabled/held are skipped.
+- A Schedule held until an instant (``Hold.until``) is planned from that instant: its
+  first due time at or after it fires, without waiting for the release to be stored
+  (``ScheduleRecord.fires_at``); the release, when it comes, keeps that plan.
 - Late wake-ups (an event-loop stall, a suspended VM) still fire every due time passed since
   the previous one: after firing a due time the next one is computed from that due time, not
   from "now", and fired at once if it is already past.
@@ -38,7 +41,6 @@ from ..core import calendar
 from ..core.events import ScheduleRecord
 
 log = logging.getLogger(__name__)
-
 
 
 class DueTime(NamedTuple):
@@ -93,6 +95,10 @@ one planning pass."""
 Check = Callable[[str, datetime], bool]
 """(deployment, due time) -> bool: whether this process owns it / whether its Run exists."""
 
+_JUST_BEFORE = timedelta(microseconds=1)
+"""``next_due`` is strictly after: planned from just before a hold's end, a due time at the
+end itself fires."""
+
 OWNER_GRACE_SECONDS = 3.0
 """How often the replicas that do not own a due time look whether its owner fired it."""
 COMPACT_SLACK = 1_024
@@ -139,6 +145,9 @@ class Ticker:
         self._current: dict[str, _Next] = {}
         """Each planned Schedule's live plan: the entry of its next due time."""
         self._calendars: dict[_Calendar, _Calendar] = {}
+        self._resumes: dict[str, datetime] = {}
+        """The end of its hold, for each Schedule planned from one (held until an instant):
+        a few, kept apart so that the plans of a million others stay shared."""
         self._generation = 0
         self._wake = asyncio.Event()
         self._fires: set[asyncio.Task[None]] = set()
@@ -155,15 +164,25 @@ class Ticker:
         computed, by calendar and instant, shared by the calls of one pass (see
         :meth:`plan_loaded`)."""
         known = self._current.get(record.deployment_id)
-        if not record.active:
+        resumes = record.resumes_at
+        if not record.active and resumes is None:
             if known is not None:
                 del self._current[record.deployment_id]  # its heap entry becomes stale
+            self._resumes.pop(record.deployment_id, None)
             return
+        start = after or self._clock.now()
         if (known is not None and known.calendar.cron == record.cron
                 and known.calendar.timezone == record.timezone):
-            return  # same calendar: keep the planned due time
-        self._plan(record.deployment_id, record.cron, record.timezone,
-                   after or self._clock.now(), dues)
+            planned = self._resumes.get(record.deployment_id)
+            if planned == resumes:
+                return  # same calendar: keep the planned due time
+            if resumes is None and planned is not None and planned <= start:
+                # the hold lifted at its end (its release stored now): planned from it already
+                del self._resumes[record.deployment_id]
+                return
+        if resumes is not None:  # a due time at or after the hold's end fires
+            start = max(start, resumes - _JUST_BEFORE)
+        self._plan(record.deployment_id, record.cron, record.timezone, start, dues, resumes)
 
     def plan_loaded(self, records: Iterable[ScheduleRecord], began: datetime,
                     dues: Dues | None = None) -> None:
@@ -176,7 +195,7 @@ class Ticker:
             self.update(record, max(began, record.updated_at), dues=dues)
 
     def _plan(self, deployment_id: str, cron: str, timezone: str, after: datetime,
-              dues: Dues | None = None) -> None:
+              dues: Dues | None = None, resumes: datetime | None = None) -> None:
         key = (cron, timezone, after)
         found = None if dues is None else dues.get(key)
         if found is None:
@@ -187,9 +206,14 @@ class Ticker:
                 log.warning("schedule %s has an invalid calendar; not firing it",
                             deployment_id)
                 self._current.pop(deployment_id, None)
+                self._resumes.pop(deployment_id, None)
                 return
             if dues is not None:
                 dues[key] = found
+        if resumes is None:
+            self._resumes.pop(deployment_id, None)
+        else:
+            self._resumes[deployment_id] = resumes
         due, plan = found
         self._generation += 1
         entry = _Next(due, self._generation, deployment_id, plan)

@@ -37,7 +37,9 @@ from opentelemetry.metrics import MeterProvider
 from ..clock import Clock, ServerClock
 from ..core.events import ScheduleRecord
 from ..core.runcore import RetryPolicy
+from ..jetstream.outages import OutageLog
 from ..jetstream.ports import JetStreamPorts, open_store
+from ..jetstream.store import Store
 from ..names import scheduled_run_id
 from ..ports import StorePorts
 from ..ports.feeds import Feed
@@ -48,14 +50,18 @@ from ..projections.schedule_table import ScheduleTable
 from ..seam import RunHandler, SchedulerUnavailable
 from ..settings import NatsSettings
 from ..tasks import cancel_and_wait
+from .auto_hold import AutoHold
 from .checkpointing import Checkpointing
 from .dispatcher import Dispatcher
+from .due_watch import DueWatch
 from .firing import Firing
 from .freshness import Freshness
 from .gate import PauseGate
+from .hold_ends import HoldEnds
 from .membership import Membership
 from .memory import release_freed_memory
 from .metrics import Metrics
+from .outage_watch import OutageWatch
 from .retention import Retention
 from .ticker import Dues, FireObserver, Ticker
 
@@ -95,6 +101,7 @@ class Runtime:
         self, ports: StorePorts, settings: NatsSettings, *, ledger: Ledger,
         table: ScheduleTable, clock: Clock, identity: str, handler: RunHandler,
         metrics: Metrics | None = None, fire_observer: FireObserver | None = None,
+        outages: OutageWatch | None = None,
     ) -> None:
         clock = ServerClock.wrap(clock)  # fire by the store's clock (docs/architecture.md)
         self.ports = ports
@@ -112,6 +119,9 @@ class Runtime:
         self._identity = identity
         self.freshness = Freshness(self.schedules, self._schedules_position, clock)
         self.membership = Membership(ports.replicas, identity, clock, self.metrics)
+        self.outages = outages
+        """The outage this start ends, recorded once the replica joined (at most one write);
+        None where the store records no outages (the in-memory store of the simulation)."""
         # One Run's path, in order: the ticker plans and fires its due time, the firing
         # stores it (fresh read, announce, create) and hands it to the dispatcher, which
         # asks the pause gate once and calls the handler.
@@ -139,6 +149,14 @@ class Runtime:
             ports.checkpoints, table, position=self._schedules_position,
             ready=lambda: self.ready, owns=self.membership.owns, clock=clock,
             identity=identity)
+        self.due_watch = DueWatch(table, ledger, self.history, clock, self.metrics,
+                                  owns=self.membership.owns_due)
+        """The due times that passed without a Run, counted once a minute (metrics)."""
+        self.hold_ends = HoldEnds(self.schedules, clock, identity,
+                                  owns=self.membership.owns_due, metrics=self.metrics)
+        self.auto_hold = (AutoHold(settings.auto_hold_after_failures, self.schedules, clock,
+                                   identity, metrics=self.metrics)
+                          if settings.auto_hold_after_failures else None)
         self.began = clock.now()
         """When this process started, by the store's clock once it is known (the ticker's
         first due times count from here)."""
@@ -167,16 +185,27 @@ class Runtime:
         began_mark = clock.mark() if isinstance(clock, ServerClock) else None
         metrics = Metrics(meter_provider)
         opened: StorePorts
+        outages: OutageWatch | None = None
         if ports is not None:
             opened = await ports(ledger, table, clock, identity)
         else:
-            store = await open_store(settings, identity, count_error=metrics.store_error)
+            watch: list[OutageWatch] = []
+
+            async def note_last_writes(store: Store) -> None:
+                """Before this process stores anything: the newest sign of life of another."""
+                watch.append(OutageWatch(OutageLog(store), store.names, identity=identity,
+                                         clock=clock, table=table, metrics=metrics))
+                await watch[0].before_start()
+
+            store = await open_store(settings, identity, count_error=metrics.store_error,
+                                     before_ensure=note_last_writes)
+            outages = watch[0]
             opened = JetStreamPorts(store, ledger=ledger, table=table, clock=clock,
                                     identity=identity, on_stale=metrics.stale_schedule_copy)
         try:
             runtime = cls(opened, settings, ledger=ledger, table=table, clock=clock,
                           identity=identity, handler=handler, metrics=metrics,
-                          fire_observer=fire_observer)
+                          fire_observer=fire_observer, outages=outages)
             runtime.began = began
             runtime._began_mark = began_mark
             await runtime.load_projections()
@@ -257,9 +286,14 @@ class Runtime:
                     log.warning("loading the schedules makes no progress; still waiting")
             await self.membership.join()
             self._correct_began()
+            if self.membership.presence is not None and self.outages is not None:
+                self._background.append(asyncio.create_task(
+                    self.outages.after_join(self._began_mark), name="outage record"))
+            self.due_watch.start_at(self.began)
             records = self.table.all()
             self.table.subscribe(ticker.update)  # changes from now on plan themselves
             self.metrics.watch_schedules(records, self.table.subscribe_changes)
+            self._watch_holds(records)
             dues: Dues = {}
             for start in range(0, len(records), PLAN_CHUNK):
                 ticker.plan_loaded((self.table.get(r.deployment_id) or r
@@ -275,6 +309,15 @@ class Runtime:
         self._ready.set()
         log.info("schedules loaded: %d (%d planned)", len(records), ticker.planned)
         await self._warm_up()
+
+    def _watch_holds(self, records: list[ScheduleRecord]) -> None:
+        """Holds that end (their releases) and, when on, holds after repeated failures."""
+        for record in records:
+            self.hold_ends.update(record)
+        self.table.subscribe(self.hold_ends.update)
+        if self.auto_hold is not None:
+            self.table.subscribe(self.auto_hold.schedule_changed)
+            self.ledger.subscribe(self.auto_hold.run_changed)
 
     def _correct_began(self) -> None:
         """``began`` on the store's clock: the first sample came with joining the replicas."""
@@ -306,7 +349,8 @@ class Runtime:
 
     def start_loops(self) -> None:
         """Start the dispatcher's recovery sweep, the ticker (planned once the Schedule table
-        is ready), the retention loop and the warm-up of the last day's Runs."""
+        is ready), the retention loop, the releases of holds that end (fed once ready) and
+        the warm-up of the last day's Runs."""
         interval = max(0.2, self.settings.lease_seconds / 5)
         self._background = [
             asyncio.create_task(self.ticker.run(), name="ticker"),
@@ -315,7 +359,11 @@ class Runtime:
                                 name="schedule load and warm-up"),
             asyncio.create_task(self.retention.forever(), name="retention"),
             asyncio.create_task(self.checkpointing.forever(), name="checkpoints"),
+            asyncio.create_task(self.hold_ends.run(), name="hold ends"),
         ]
+        if isinstance(self._clock, ServerClock):  # counted by the store's clock only
+            self._background.append(asyncio.create_task(self.due_watch.forever(),
+                                                        name="due times counted"))
 
     async def _warm_up(self) -> None:
         """Load each deployment's newest Run and the last day's Runs into the ledger's

@@ -108,8 +108,12 @@ class NatsCluster:
         """SIGKILL node ``i``."""
         self.nodes[i].kill()
 
-    def restart(self, i: int, timeout: float = 20.0) -> None:
-        """(Re)start node ``i`` on its old ports and data, and wait for it to be healthy."""
+    def restart(self, i: int, timeout: float = 60.0) -> None:
+        """(Re)start node ``i`` on its old ports and data, and wait for it to be healthy.
+
+        A node back after losing quorum is healthy once a meta leader is elected again and
+        its streams are current: seconds on a quiet machine, above 20 s once seen with two
+        test workers on two cores, hence the long deadline (polled: it costs only on failure)."""
         self.nodes[i].restart(timeout)
 
     def stop(self, timeout: float = 5.0) -> None:

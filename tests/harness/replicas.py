@@ -182,7 +182,9 @@ class ReplicaProcess:
         """Send one command and await its answer; ReplicaError on ``ok: false`` if ``check``."""
         proc = self._proc
         if proc is None or proc.returncode is not None or proc.stdin is None:
-            raise ReplicaError(f"replica {self.identity} is not running")
+            code = None if proc is None else proc.returncode
+            raise ReplicaError(f"replica {self.identity} is not running (exit code {code}); "
+                               f"log tail:\n{self.log_tail()}")
         ident = next(self._ids)
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         # The reader may fail this future after we stopped waiting (a pipe broken by a

@@ -57,7 +57,8 @@ REFUSAL = "rejected by the handler (steered)"
 """The error of a Run whose handler refuses it (the shared handler's ``fail_permanent``)."""
 OLD_SCHEMA, NEW_SCHEMA = 1, SCHEMA_VERSION
 """The ``run.created`` schema each release writes (docs/architecture.md, "Events"): the
-previous release's first, this checkout's current one."""
+previous release's first, this checkout's current one (3: the operator's authenticated
+``caller`` and the outage records, with the fields of 2)."""
 
 T = TypeVar("T")
 

@@ -1,0 +1,96 @@
+"""The outage records on a real server: one write per outage, none while a replica runs.
+
+A replica that starts after every other one stopped appends one ``outage.recorded``, from
+the last sign of life the store holds (the last replica's leave) to its own start, on the
+store's clock; a replica that starts beside a running one records nothing; two replicas
+starting together after an outage record it once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+
+from nats_scheduler import NatsSchedulerProvider
+from nats_scheduler.clock import ManualClock
+from nats_scheduler.core.events import OutageRecorded
+from nats_scheduler.jetstream.outages import OutageLog, Recorded
+from nats_scheduler.runtime.outage_watch import SETTLE_SECONDS
+from tests.harness.servers import connect_fast, unique_prefix
+from tests.providers import MongoBackend, running, settings
+
+pytestmark = pytest.mark.anyio
+
+WAIT = SETTLE_SECONDS + 10.0
+"""How long a test waits for a record (or its absence) after a start."""
+
+
+async def records(url: str, prefix: str) -> list[Recorded]:
+    nc = await connect_fast(url)
+    try:
+        from nats_scheduler.jetstream.store import Store
+        store = Store(nc, settings(url, prefix))
+        return await OutageLog(store).records()
+    finally:
+        await nc.close()
+
+
+async def settled(provider: NatsSchedulerProvider) -> None:
+    """Until the start's outage decision is made (recorded or not)."""
+    runtime = provider.runtime
+    assert runtime is not None
+    await asyncio.wait_for(runtime.outages.decided.wait(), WAIT)
+
+
+async def test_a_start_after_every_replica_stopped_records_the_outage_once(
+        nats_url: str) -> None:
+    prefix = unique_prefix()
+    async with running(nats_url, prefix, identity="first") as first:
+        await settled(first)
+    assert await records(nats_url, prefix) == []  # a new store: nothing ran before
+    async with running(nats_url, prefix, identity="second") as second:
+        await settled(second)
+        began = second.runtime.began  # type: ignore[union-attr]
+        async with running(nats_url, prefix, identity="beside") as beside:
+            await settled(beside)  # started while "second" runs: no outage
+    found = await records(nats_url, prefix)
+    assert len(found) == 1
+    event = found[0].event
+    assert isinstance(event, OutageRecorded)
+    # its start on the store's clock (the estimate's upper bound, read again after the settle)
+    assert event.actor == "second"
+    assert abs(event.end - began) <= timedelta(seconds=0.05)
+    assert event.start < event.end
+    assert "replica" in event.evidence  # the first replica's leave is the newest sign of life
+    assert found[0].stored_at >= began + timedelta(seconds=SETTLE_SECONDS)
+
+
+async def test_replicas_starting_together_after_an_outage_record_it_once(nats_url: str) -> None:
+    prefix = unique_prefix()
+    async with running(nats_url, prefix, identity="before") as before:
+        await settled(before)
+    async with running(nats_url, prefix, identity="a") as a, \
+            running(nats_url, prefix, identity="b") as b:
+        await asyncio.gather(settled(a), settled(b))
+        recorded = [p.runtime.outages.recorded for p in (a, b)]  # type: ignore[union-attr]
+    found = await records(nats_url, prefix)
+    assert len(found) == 1, found
+    assert sum(r is not None for r in recorded) == 1
+
+
+async def test_a_replica_on_a_hand_moved_clock_records_nothing(nats_url: str) -> None:
+    prefix = unique_prefix()
+    async with running(nats_url, prefix, identity="first"):
+        pass
+    provider = NatsSchedulerProvider(settings(nats_url, prefix, identity="manual"),
+                                     clock=ManualClock())
+    provider.configure(repository_backend=MongoBackend())
+    from nats_scheduler.testing.handler import RecordingRunHandler
+    await provider.start(RecordingRunHandler())
+    try:
+        await provider.runtime.until_ready()  # type: ignore[union-attr]
+    finally:
+        await provider.stop()
+    assert await records(nats_url, prefix) == []
