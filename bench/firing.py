@@ -255,6 +255,10 @@ class Counters:
     """Messages clients sent to the server (publishes and requests of every kind)."""
     calls: Counter[str] = field(default_factory=Counter)
     """What the provider processes sent, by kind (:class:`CallTally`), summed."""
+    replica_cpu: list[float] = field(default_factory=list)
+    """Each replica process's CPU seconds so far (user + system, its own accounting)."""
+    server_cpu: float = 0.0
+    """The nats-server process(es)' CPU seconds so far."""
 
 
 def _varz_in_msgs(http_url: str | list[str]) -> int:
@@ -267,15 +271,47 @@ def _varz_in_msgs(http_url: str | list[str]) -> int:
 
 
 async def counters(js: JetStreamContext, http_url: str | list[str], names: Names,
-                   calls: Counter[str] | None = None) -> Counters:
-    """Message counts of the provider's streams and the server's traffic counter."""
+                   calls: Counter[str] | None = None, *, replica_cpu: list[float] | None = None,
+                   server_cpu_s: float = 0.0) -> Counters:
+    """Message counts of the provider's streams and the server's traffic counter, with the
+    CPU the replicas and the server have used so far."""
     streams: dict[str, tuple[int, int]] = {}
     for stream in (names.schedules_stream, names.runs_stream, names.index_stream,
                    f"KV_{names.leases_bucket}"):
         info = await js.stream_info(stream)
         streams[stream] = (info.state.messages, info.state.last_seq)
     in_msgs = await asyncio.to_thread(_varz_in_msgs, http_url)
-    return Counters(streams, in_msgs, Counter(calls or {}))
+    return Counters(streams, in_msgs, Counter(calls or {}), list(replica_cpu or []),
+                    server_cpu_s)
+
+
+def own_cpu() -> float:
+    """This process's CPU seconds so far, user + system, from its own accounting."""
+    times = os.times()
+    return times.user + times.system
+
+
+def cpu_lines(before: Counters, after: Counters, runs: int) -> list[str]:
+    """CPU seconds each replica used between two instants, and per Run summed over all."""
+    if not after.replica_cpu or runs <= 0:
+        return []
+    used = [a - b for a, b in zip(after.replica_cpu, before.replica_cpu, strict=True)]
+    per_run = sum(used) / runs * 1e6
+    sent = sum((after.calls - before.calls).values()) / runs
+    server = after.server_cpu - before.server_cpu
+    return ["  CPU (user + system, each process's own accounting): "
+            + ", ".join(f"replica {i} {cpu:.2f} s" for i, cpu in enumerate(used, 1))
+            + f"; all replicas {sum(used):.2f} s = {per_run:,.0f} us per Run "
+            f"(beside {sent:.2f} messages sent per Run); nats-server {server:.2f} s "
+            f"= {server / runs * 1e6:,.0f} us per Run"]
+
+
+def cpu_per_run(boundary: Boundary) -> float | None:
+    """CPU seconds of all the replicas per Run over one boundary (None: not measured)."""
+    before, after = boundary.before, boundary.after
+    if not after.replica_cpu or boundary.created <= 0:
+        return None
+    return (sum(after.replica_cpu) - sum(before.replica_cpu)) / boundary.created
 
 
 def per_run_lines(before: Counters, after: Counters, runs: int) -> list[str]:
@@ -587,19 +623,22 @@ async def started(provider: NatsSchedulerProvider,
 
 
 async def child_main(url: str, prefix: str, count: int, out: Path,
-                     stream_replicas: int = 1, sync_always: bool = False) -> None:
+                     stream_replicas: int = 1, sync_always: bool = False,
+                     lease_seconds: float | None = None) -> None:
     """One replica: fire and dispatch until stdin closes, printing progress as JSON lines.
     ``sync_always``: the server syncs every write, and the replica is told so, as the docs
-    tell operators (``ASTRABOX_NATS_SERVER_SYNC_ALWAYS``)."""
+    tell operators (``ASTRABOX_NATS_SERVER_SYNC_ALWAYS``). ``lease_seconds``: the lease
+    length (``ASTRABOX_NATS_LEASE_SECONDS``), when not the default."""
+    lease = {} if lease_seconds is None else {"lease_seconds": lease_seconds}
     provider = CountingProvider(settings_for(url, prefix, count, replicas=stream_replicas,
-                                             server_sync_always=sync_always))
+                                             server_sync_always=sync_always, **lease))
     handler, tally = await started(provider, prefix)
     print(json.dumps({"ready": provider.identity}), flush=True)
 
     async def report() -> None:
         while True:
             print(json.dumps({"fired": provider.fired, "started": handler.per_due,
-                              "calls": tally.counts,
+                              "calls": tally.counts, "cpu": own_cpu(),
                               "unfinished": provider.ledger.unfinished_count(),
                               "tasks": pending_tasks(provider)}), flush=True)
             await asyncio.sleep(0.25)
@@ -633,6 +672,8 @@ class Child:
         extra = ["--uvloop"] if USE_UVLOOP else []
         if sync_always:
             extra.append("--server-sync-always")
+        if LEASE_SECONDS is not None:
+            extra += ["--lease-seconds", str(LEASE_SECONDS)]
         proc = await asyncio.create_subprocess_exec(
             sys.executable, str(SCRIPT), "--child", "--url", url,
             "--prefix", prefix, "--schedules", str(count), "--out", str(out),
@@ -657,6 +698,10 @@ class Child:
 
     def calls(self) -> Counter[str]:
         return Counter(self.progress.get("calls", {}))
+
+    def cpu(self) -> float:
+        """The CPU seconds the child reported last (it reports four times a second)."""
+        return float(self.progress.get("cpu", 0.0))
 
     def idle(self) -> bool:
         return self.progress.get("unfinished") == 0 and self.progress.get("tasks") == 0
@@ -812,13 +857,17 @@ async def fire_real(server: NatsServer | Target, count: int, *, replicas: int = 
             due = first + 60 * k
             due_iso = datetime.fromtimestamp(due, UTC).isoformat()
             await sleep_until_wall(due - 1.5)
-            before = await counters(js, target.http_urls, names, _calls(children))
+            before = await counters(js, target.http_urls, names, _calls(children),
+                                    replica_cpu=[c.cpu() for c in children],
+                                    server_cpu_s=server_cpu(target))
             await sleep_until_wall(due)
             done = await poll(lambda d=due_iso: _children_done(children, d, count),
                               timeout, interval=0.1)
             done_in = time.time() - due if done else None
             await asyncio.sleep(0.3)  # one more progress line: the children's final tallies
-            after = await counters(js, target.http_urls, names, _calls(children))
+            after = await counters(js, target.http_urls, names, _calls(children),
+                                   replica_cpu=[c.cpu() for c in children],
+                                   server_cpu_s=server_cpu(target))
             measured.append(Boundary(due, due_iso, before, after, done_in))
     finally:
         alive_to = datetime.now(UTC)
@@ -973,7 +1022,8 @@ def print_firing(result: FiringRun, refs: References | None) -> None:
                   f"{runs_per_s / refs.rates.gathered:.3f}x the gathered publish rate, "
                   f"{runs_per_s / refs.rates.atomic:.3f}x atomic batches"
                   f"{refs.nats_ratios(runs_per_s)}")
-        print("\n".join(per_run_lines(b.before, b.after, b.created)))
+        print("\n".join(per_run_lines(b.before, b.after, b.created)
+                        + cpu_lines(b.before, b.after, b.created)))
     print(f" repeated start_session calls (duplicates, must be 0): {result.extra_starts}; "
           f"stale Schedule reads redone: {result.stale_fires}")
     if result.peak_rss_mb:
@@ -1114,11 +1164,35 @@ async def measure_on(target: Target, args: argparse.Namespace) -> None:
     if args.manual:
         print_firing(await fire_manual(target, args.schedules, boundaries=args.boundaries), refs)
         return
+    results = []
     for replicas in args.replicas:
         result = await fire_real(target, args.schedules, replicas=replicas,
                                  boundaries=args.boundaries, prefix=f"FIRE{replicas}",
                                  herd=args.herd)
         print_firing(result, refs)
+        results.append(result)
+    print_scale_out(results)
+
+
+def print_scale_out(results: list[FiringRun]) -> None:
+    """CPU per Run summed over the replicas, for each replica count, against one replica's:
+    adding a replica should add its share of the work, not coordination."""
+    if len(results) < 2:
+        return
+    print("\nscale-out in CPU (all replicas' CPU per Run, each boundary; vs one replica):")
+    one = next((r for r in results if r.replicas == 1), None)
+    reference = [cpu_per_run(b) for b in one.boundaries] if one is not None else []
+    for result in results:
+        figures = []
+        for k, boundary in enumerate(result.boundaries):
+            per_run = cpu_per_run(boundary)
+            if per_run is None:
+                figures.append("not measured")
+                continue
+            base = reference[k] if k < len(reference) else None
+            ratio = f" ({per_run / base:.2f}x)" if base else ""
+            figures.append(f"{per_run * 1e6:,.0f} us{ratio}")
+        print(f"  {result.replicas} replica(s): " + ", ".join(figures))
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -1165,11 +1239,17 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--stream-replicas", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--server-sync-always", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--lease-seconds", type=float,
+                        help="the replicas' lease length (default: the provider's, 5 s)")
     args = parser.parse_args(argv)
     if args.manual and args.replicas != [1]:
         parser.error("--manual runs one in-process provider: it cannot be combined with "
                      "--replicas (real processes cannot share a ManualClock)")
     return args
+
+
+LEASE_SECONDS: float | None = None
+"""The replicas' lease length (``--lease-seconds``); None: the provider's default."""
 
 
 def run(coroutine: Awaitable[None], use_uvloop: bool) -> None:
@@ -1186,9 +1266,11 @@ def run(coroutine: Awaitable[None], use_uvloop: bool) -> None:
 
 if __name__ == "__main__":
     arguments = parse()
+    LEASE_SECONDS = arguments.lease_seconds
     if arguments.child:
         run(child_main(arguments.url, arguments.prefix, arguments.schedules, arguments.out,
-                       arguments.stream_replicas, arguments.server_sync_always),
+                       arguments.stream_replicas, arguments.server_sync_always,
+                       arguments.lease_seconds),
             arguments.uvloop)
     else:
         run(main(arguments), arguments.uvloop)

@@ -343,9 +343,8 @@ def breakdown(provider: NatsSchedulerProvider) -> dict[str, int]:
     assert running is not None and running.ticker is not None
     table, ticker, ledger = provider.schedules, running.ticker, provider.ledger
     parts = {
-        "Schedule table": [table._records, table._texts],
+        "Schedule table": [table._entries, table._texts, table._payloads, table._instants],
         "ticker (heap, plans)": [ticker._heap, ticker._current],
-        "metrics (state per Schedule)": running.metrics._schedule_states,
         "ledger: summary per deployment": ledger._summaries,
         "ledger: recent and unfinished Runs": [ledger._recent, ledger._unfinished],
     }

@@ -23,7 +23,9 @@ What it does, on one nats-server started here:
    - first rows: from starting the app to the Schedules table holding rows;
    - all loaded: to the last page of the list being in the table;
    - filter: a keystroke completing a filter typed into the box, to the table holding the
-     filtered rows (5 filters: narrow, wide, none matching, and back to empty; median);
+     filtered rows (5 filters: narrow, wide, none matching, and back to empty; median); the
+     text before the keystroke is put in the box first and waited for, so only the
+     keystroke's own filter is timed;
    - idle CPU: the console process's CPU over an idle window after loading, percent of one
      core (with ``--herd R``: R Run events a second published meanwhile, a herd of Runs,
      by a publisher process of its own: its CPU is not the console's);
@@ -37,6 +39,9 @@ What it does, on one nats-server started here:
      waits for the process to go idle, which under a herd it never does, so each press took
      its one-second limit twice, whatever the console did;
    - q: from pressing ``q`` to the app having exited.
+5. ``nats-scheduler status`` as an operator runs it, once per run: its wall time and its
+   peak RSS (the cluster, the health signals and the busiest minute, answered by the
+   provider child from its Schedule table).
    The console run with 0 Schedules is the reference for CPU and memory.
 
 Nothing is asserted; figures and ratios are printed. The machine may be shared: compare the
@@ -184,8 +189,9 @@ async def console_run(url: str, prefix: str, count: int, idle: float, rate: floa
 
     now = datetime.now(UTC)
     ids = [bench_schedule(i, now) for i in range(count)]
+    typed_first = [text[:-1] if text else "c" for text in (*FILTERS, "")]
     expected = {text: sum(1 for s in ids if text in s.deployment_id or text in s.name.lower())
-                for text in FILTERS}
+                for text in {*FILTERS, *typed_first} if text}
     link = ConnectionLink(settings_for(url, prefix, count))
     app = AstraboxConsole(connector=link.connect, user="bench")
     link.app = app
@@ -221,8 +227,13 @@ async def console_run(url: str, prefix: str, count: int, idle: float, rate: floa
         latencies = []
         if True:  # with 0 Schedules too: the keystroke's own cost through Pilot, the floor
             for text in (*FILTERS, ""):
-                box.value = text[:-1] if text else "c"
+                before = text[:-1] if text else "c"
+                box.value = before
                 await pilot.pause(0.2)
+                # the filter before the key is applied (at a million rows it may take longer
+                # than the pause): only the key's own filter is timed
+                await until(pilot, lambda b=before: table().row_count == expected.get(b, count)
+                            and box.value == b, 30)
                 box.action_end()  # the key below types at the end (focus selected all)
                 await pilot.pause()
                 want = expected.get(text, count)
@@ -320,6 +331,18 @@ async def other_views(app: Any, pilot: Any, until: Callable[..., Any], schedule:
     box.value = ""
     await until(pilot, lambda: app.screen.query_one(ScheduleTable).row_count > 1, 30)
     return seconds
+
+
+def status_run(url: str, prefix: str) -> dict[str, float]:
+    """``nats-scheduler status`` as an operator runs it: its wall time, peak RSS and exit
+    code (7: a health signal is raised), measured by ``bench/check_scale.py``'s wrapper
+    (a child of this process would report this process's size as its peak)."""
+    from check_scale import run_child  # bench/check_scale.py, beside this script
+
+    child = run_child([sys.executable, "-m", "nats_scheduler.cli.main", "status", "--url",
+                       url, "--prefix", prefix])
+    return {"status_s": child.wall_s, "status_peak_mb": child.peak_mb,
+            "status_exit": float(child.returncode)}
 
 
 async def reference_load(url: str, prefix: str) -> tuple[float, float]:
@@ -422,6 +445,11 @@ async def measure(server: NatsServer, count: int, runs: int, idle: float, rate: 
         first, whole = await reference_list(server.url, prefix)
         print(f"  reference: first page of the list {first * 1000:.0f} ms, whole list "
               f"{whole:.2f} s (plain AdminClient)", flush=True)
+        statuses = [await asyncio.to_thread(status_run, server.url, prefix)
+                    for _ in range(runs)]
+        print("  nats-scheduler status: " + ", ".join(
+            f"{st['status_s']:.2f} s (peak {st['status_peak_mb']:.0f} MB, exit "
+            f"{st['status_exit']:.0f})" for st in statuses), flush=True)
         cold, warm = await reference_load(server.url, prefix)
         print(f"  reference: the load ahead (24 h) {cold * 1000:.0f} ms cold (calendars "
               f"expanded), {warm * 1000:.0f} ms warm (plain AdminClient)", flush=True)
@@ -447,7 +475,7 @@ async def measure(server: NatsServer, count: int, runs: int, idle: float, rate: 
                     f"{view} {ms(sec)}" for view, sec in figures["views_s"].items()),
                     flush=True)
         return {"count": count, "first_page_s": first, "whole_list_s": whole,
-                "load_cold_s": cold, "load_warm_s": warm, "runs": rows}
+                "load_cold_s": cold, "load_warm_s": warm, "runs": rows, "status": statuses}
     finally:
         await stop_child(provider)
 
@@ -496,6 +524,11 @@ def report(results: list[dict], rate: float) -> None:
             print(f"{r['count']:>10,} load ahead, plain client: {r['load_cold_s'] * 1000:.0f} ms "
                   f"cold, {r['load_warm_s'] * 1000:.0f} ms warm")
     print("floor: the plain client's first page / whole list, same run")
+    for r in results:
+        times = [st["status_s"] for st in r["status"]]
+        peaks = [st["status_peak_mb"] for st in r["status"]]
+        print(f"{r['count']:>10,} nats-scheduler status: median {statistics.median(times):.2f} s,"
+              f" peak RSS {statistics.median(peaks):.0f} MB")
 
 
 async def main(args: argparse.Namespace) -> None:

@@ -5,6 +5,8 @@ Layout under a prefix ``P`` (``ASTRABOX_NATS_PREFIX``, default ``SCHED``)::
     stream  P_SCHEDULES   subjects P.sched.<deployment>           Schedule events
     stream  P_RUNS        subjects P.run.<deployment>.<run>       Run events
     stream  P_RUNINDEX    subjects P.runidx.<deployment>          history index, one entry per Run
+    stream  P_CHECKPOINTS subjects P.checkpoint.head              Schedule table checkpoints:
+                                   P.checkpoint.part.<id>         a head each, then its parts
     bucket  P_LEASES      keys     <run>                          open Runs and dispatch leases
     bucket  P_REPLICAS    keys     <identity>                     live provider replicas
     stream  P_OUTAGES     subject  P.outage                       spans with no replica alive
@@ -220,6 +222,12 @@ def scheduled_create_msg_id(deployment_id: str, due_at: datetime) -> str:
     return f"{token(deployment_id)}@{due_token(due_at)}"
 
 
+def checkpoint_msg_id(checkpoint_id: str, part: int | None) -> str:
+    """Msg-Id of one part of a checkpoint (``part`` None: its head): a resend after a lost
+    acknowledgement is stored once."""
+    return f"ckpt:{checkpoint_id}:{'head' if part is None else part}"
+
+
 def outage_msg_id(start: datetime, end: datetime) -> str:
     """Msg-Id of an ``outage.recorded``: the span it records, to the microsecond (a resend
     after a lost acknowledgement is the same record)."""
@@ -364,6 +372,34 @@ class Names:
     def is_run_subject(self, subject: str) -> bool:
         """Whether ``subject`` is a Run's (stored in the runs stream), not a Schedule's."""
         return subject.startswith(f"{self.prefix}.run.")
+
+    @property
+    def checkpoints_stream(self) -> str:
+        """Checkpoints of the Schedule table (``jetstream/checkpoints.py``): a cache a
+        starting replica loads instead of replaying every Schedule's last event."""
+        return f"{self.prefix}_CHECKPOINTS"
+
+    @property
+    def checkpoints_filter(self) -> str:
+        return f"{self.prefix}.checkpoint.>"
+
+    @property
+    def checkpoint_head_subject(self) -> str:
+        """One message per checkpoint written, the newest one counts (its id, its parts)."""
+        return f"{self.prefix}.checkpoint.head"
+
+    def checkpoint_parts_subject(self, checkpoint_id: str) -> str:
+        """The parts of one checkpoint, in order (``checkpoint_id``: hex, one token)."""
+        return f"{self.prefix}.checkpoint.part.{checkpoint_id}"
+
+    @property
+    def checkpoint_parts_filter(self) -> str:
+        """The parts of every checkpoint."""
+        return f"{self.prefix}.checkpoint.part.*"
+
+    def is_checkpoint_subject(self, subject: str) -> bool:
+        """Whether ``subject`` is a checkpoint's (stored in the checkpoints stream)."""
+        return subject.startswith(f"{self.prefix}.checkpoint.")
 
     def is_index_subject(self, subject: str) -> bool:
         """Whether ``subject`` is a deployment's history index (stored in the index stream)."""

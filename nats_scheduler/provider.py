@@ -93,8 +93,8 @@ class NatsSchedulerProvider:
         self._clock: Clock = clock or SystemClock()
         self._identity = ""
         self._embedded: object | None = None
-        self._ledger = Ledger()
         self._table = ScheduleTable()
+        self._ledger = Ledger(shared_id=self._table.shared_id)
         self._running: Runtime | None = None
         self._started = False
         self._stopped = False
@@ -104,11 +104,8 @@ class NatsSchedulerProvider:
     @property
     def properties(self) -> SchedulerProperties:
         cap = (self._settings or self._given_settings or NatsSettings()).max_active_schedules
-        return SchedulerProperties(
-            recovery_scope="cluster",
-            max_active_schedules=cap,
-            pause_visibility_seconds=PAUSE_VISIBILITY_SECONDS,
-        )
+        return SchedulerProperties(recovery_scope="cluster", max_active_schedules=cap,
+                                   pause_visibility_seconds=PAUSE_VISIBILITY_SECONDS)
 
     def describe(self) -> str:
         """One line for AstraBox's startup log."""
@@ -201,10 +198,10 @@ class NatsSchedulerProvider:
             url_settings, ledger=self._ledger, table=self._table, clock=self._clock,
             identity=self._identity, handler=handler, meter_provider=self._meter_provider,
             fire_observer=self._fire_observer, ports=self._ports)
-        self._running.start_loops()
         self._started = True
         if settings.admin_service:
             await self._serve_admin(self._running)
+        self._running.start_loops()  # last: the Schedules' load must not delay the above
         log.info("%s (identity %s)", self.describe(), self._identity)
 
     async def _serve_admin(self, running: Runtime) -> None:
@@ -274,7 +271,7 @@ class NatsSchedulerProvider:
         """
         running = await self._require_ready()
         wanted = list(schedules)
-        validation.check_reconcile(wanted)
+        given = validation.check_reconcile(wanted)
         limit = validation.max_schedule_event_bytes(running.ports.max_payload)
         for schedule in wanted:
             self._check_size(schedule, limit)
@@ -282,18 +279,19 @@ class NatsSchedulerProvider:
         if proven is None:  # the table could not be proven current: decide on the leader's
             for schedule in wanted:
                 await self.apply(schedule)
-            names = {s.deployment_id for s in wanted}
             for record in self._table.live():
-                if record.deployment_id not in names:
+                if record.deployment_id not in given:
                     await self.delete(record.deployment_id)
             return
         planned = schedulecore.plan_reconcile(
             wanted, self._table.get_with_seq, self._table.live(),
             enabled=self._table.enabled_count(), cap=self.settings.max_active_schedules,
-            now=self._now(), actor=self._identity)
-        by_id = {s.deployment_id: s for s in wanted}
+            now=self._now(), actor=self._identity, given=given)
+        by_id: dict[str, Schedule] = {}  # built only if a change must be decided again
 
         def redecide(item: schedulecore.PlannedWrite) -> ScheduleDecision:
+            if not by_id:  # rare (a write raced ours): no index of a million for nothing
+                by_id.update((s.deployment_id, s) for s in wanted)
             schedule = by_id.get(item.deployment_id)
             return (self._delete_decision() if schedule is None
                     else self._apply_decision(schedule))
@@ -301,6 +299,8 @@ class NatsSchedulerProvider:
         await running.schedules.write_planned(planned, redecide)
 
     def _check_size(self, schedule: Schedule, limit: int) -> None:
+        if validation.surely_fits(schedule, self._identity, limit):
+            return
         first = schedulecore.decide_apply(None, schedule, now=self._now(),
                                           actor=self._identity)
         assert first is not None

@@ -126,13 +126,15 @@ async def operator(server: NatsServer, *argv: str) -> dict[str, Any]:
 
 
 async def joined(server: NatsServer, identity: str) -> bool:
-    """Whether the replica's key is in the replicas bucket (it joined, so it left a sign)."""
+    """Whether the replica's key is in the replicas bucket (it joined, so it left a sign).
+    Not yet while the bucket is missing: a replica joins once its Schedules are loaded,
+    after its start returned."""
     nc, _ = await connect_as(server, "operator")
     try:
-        bucket = await nc.jetstream(timeout=2.0).key_value(NAMES.replicas_bucket)
         try:
+            bucket = await nc.jetstream(timeout=2.0).key_value(NAMES.replicas_bucket)
             await bucket.get(NAMES.replica_key(identity))
-        except nats.js.errors.KeyNotFoundError:
+        except (nats.js.errors.BucketNotFoundError, nats.js.errors.KeyNotFoundError):
             return False
         return True
     finally:

@@ -169,6 +169,10 @@ async def test_without_quorum_the_provider_is_unavailable_and_recovers_by_itself
         await provider.apply(schedule(1))
         before = await provider.enqueue(EnqueueRequest("burst", Trigger.RUN_NOW))
         await eventually(lambda: handler.turn_of(before.run_id), timeout=20)
+        # the start made the outage records' stream: let it settle before quorum goes
+        runtime = provider.runtime
+        assert runtime is not None and runtime.outages is not None
+        await asyncio.wait_for(runtime.outages.decided.wait(), 40)
 
         await asyncio.to_thread(nats_cluster.kill, 1)
         await asyncio.to_thread(nats_cluster.kill, 2)

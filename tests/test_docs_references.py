@@ -67,7 +67,8 @@ _FOREIGN = {"JetStream", "DataTable", "Pilot", "OpenTelemetry", "Textual", "Post
             "SQLite", "MongoDB", "AstraBox", "DBOS", "Quartz", "TimeBroker", "Kubernetes",
             "CronJob", "Temporal", "Jepsen", "NATS", "SIGSTOP", "SIGCONT", "SIGKILL",
             "SIGTERM", "SIGINT", "KV_P_LEASES", "KV_P_REPLICAS", "P_RUNS", "P_SCHEDULES",
-            "P_LEASES", "P_REPLICAS", "P_RUNINDEX", "P_OUTAGES", "RUN_NOW", "NTP", "Ctrl",
+            "P_LEASES", "P_REPLICAS", "P_RUNINDEX", "P_CHECKPOINTS", "P_OUTAGES", "RUN_NOW",
+            "NTP", "Ctrl",
             "None", "True", "False", "Enter", "Escape", "Home", "End", "PgUp", "PgDn", "Tab",
             "Space", "ASTRABOX_SCHEDULER_PROVIDER", "PATH"}
 # Server headers the pages name that neither this code nor the client spells.
@@ -349,6 +350,8 @@ def problem(index: CodeIndex, settings: str, text: str) -> str | None:
         return _check_file_name(index, path)
     if match := _MODULE_MEMBER.match(text):
         return _check_module_member(index, match.group("path"), match.group("member"))
+    if text.startswith("P."):
+        return None  # a subject under the prefix (``P.checkpoint.head``): names.py's layout
     if _CHAIN.match(_ARGS.sub("()", text)):
         return _check_chain(index, text)
     if text in _FOREIGN:

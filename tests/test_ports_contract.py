@@ -16,15 +16,17 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+import msgspec
 import pytest
 
 from nats_scheduler.core import runcore, schedulecore
-from nats_scheduler.core.events import RunRecord
+from nats_scheduler.core.events import RunRecord, ScheduleRecord
 from nats_scheduler.jetstream.ports import JetStreamPorts, open_store
 from nats_scheduler.memory.ports import MemoryPorts
 from nats_scheduler.memory.store import MemoryStore
 from nats_scheduler.names import scheduled_create_msg_id, scheduled_run_id
 from nats_scheduler.ports import StorePorts
+from nats_scheduler.ports.checkpoints import CheckpointHead, CheckpointUnusable, TableCheckpoints
 from nats_scheduler.ports.leases import FREE
 from nats_scheduler.ports.runs import Conflict
 from nats_scheduler.projections.ledger import Ledger
@@ -72,6 +74,34 @@ def created(dep: str, due: datetime, at: datetime, *, holder: str | None = None)
     return runcore.create(run_id=scheduled_run_id(dep, due), deployment_id=dep,
                           trigger=Trigger.SCHEDULE, due_at=due, payload=PAYLOAD, now=at,
                           actor="contract", holder=holder)
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    """One Schedule as a table holds it (``ports.checkpoints.Entry``)."""
+
+    seq: int
+    record: ScheduleRecord
+
+
+def table_entries(count: int) -> list[TableEntry]:
+    """``count`` Schedules as a table would hold them, at positions 3, 6, 9, ..."""
+    now = datetime.now(UTC)
+    out = []
+    for i in range(count):
+        dep = f"k{i:05d}"
+        applied = schedulecore.decide_apply(None, Schedule(
+            dep, dep if i % 3 else f"named {i}", f"{i % 60} * * * *", "Europe/Paris", True,
+            RunPayload("agent:test", f"prompt {i}"), 1), now=now, actor="contract")
+        assert applied is not None
+        out.append(TableEntry(3 * (i + 1), applied.schedule))
+    return out
+
+
+async def read_rows(checkpoints: TableCheckpoints, head: CheckpointHead
+                    ) -> list[tuple[int, ScheduleRecord]]:
+    """A checkpoint's rows, read whole, as (position, record)."""
+    return [(row.seq, row.record()) async for rows in checkpoints.rows(head) for row in rows]
 
 
 class PortsContract:
@@ -280,6 +310,58 @@ class PortsContract:
                 assert seen[0] == 1
             finally:
                 await feed.stop()
+
+    # ------------------------------------------------------------------ the checkpoints
+
+    async def test_a_checkpoint_reads_back_whole_as_written_and_the_newest_counts(
+        self, world: World
+    ) -> None:
+        async with world("a") as a, world("b") as b:
+            ca, cb = a.ports.checkpoints, b.ports.checkpoints
+            assert ca is not None and cb is not None
+            assert await ca.latest() is None
+            created = await ca.journal_created()
+            assert await cb.journal_created() == created
+            entries = table_entries(2_500)
+            now = datetime.now(UTC).replace(microsecond=0)
+            head = await ca.write(entries, schedules_seq=7_000, schedules_created=created,
+                                  previous=0, by="a", now=now)
+            assert head is not None
+            assert (head.schedules_seq, head.schedules_created, head.schedules, head.by,
+                    head.written_at) == (7_000, created, 2_500, "a", now)
+            latest = await cb.latest()
+            assert latest is not None and latest[1] == head
+            assert await read_rows(cb, head) == [(e.seq, e.record) for e in entries]
+            for broken in (msgspec.structs.replace(head, parts=head.parts + 1),
+                           msgspec.structs.replace(head, schedules=head.schedules + 1)):
+                with pytest.raises(CheckpointUnusable):
+                    await read_rows(cb, broken)
+            newer = await cb.write(entries[:10], schedules_seq=7_010, schedules_created=created,
+                                   previous=latest[0], by="b", now=now)
+            assert newer is not None
+            again = await ca.latest()
+            assert again is not None and again[1] == newer and again[0] > latest[0]
+            assert await read_rows(ca, newer) == [(e.seq, e.record) for e in entries[:10]]
+
+    async def test_of_two_checkpoints_written_on_one_head_exactly_one_stands(
+        self, world: World
+    ) -> None:
+        async with world("a") as a, world("b") as b:
+            ca, cb = a.ports.checkpoints, b.ports.checkpoints
+            assert ca is not None and cb is not None
+            created, now = await ca.journal_created(), datetime.now(UTC)
+            mine, theirs = table_entries(1_200), table_entries(1_300)
+            heads = await asyncio.gather(
+                ca.write(mine, schedules_seq=1, schedules_created=created, previous=0, by="a",
+                         now=now),
+                cb.write(theirs, schedules_seq=2, schedules_created=created, previous=0,
+                         by="b", now=now))
+            standing = [h for h in heads if h is not None]
+            assert len(standing) == 1
+            latest = await ca.latest()
+            assert latest is not None and latest[1] == standing[0]
+            won = mine if standing[0].by == "a" else theirs
+            assert await read_rows(cb, standing[0]) == [(e.seq, e.record) for e in won]
 
     # ------------------------------------------------------------------ the live replicas
 

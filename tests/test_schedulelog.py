@@ -45,6 +45,7 @@ def applying(schedule: Schedule, seen: list[ScheduleRecord | None]) -> Callable[
 @pytest.fixture
 async def provider(nats_server: NatsServer) -> AsyncIterator[NatsSchedulerProvider]:
     async with running(nats_server.url, unique_prefix()) as started:
+        await started.until_ready()  # its start-up reads (checkpoint, table) are done
         yield started
 
 

@@ -93,6 +93,7 @@ async def test_start_is_idempotent_on_an_existing_store(nats_url: str) -> None:
     async with running(nats_url, prefix) as first:
         await first.apply(schedule())
     async with running(nats_url, prefix) as second:  # verifies instead of creating
+        await second.until_ready()  # start() returns before the Schedules are loaded
         assert second.schedules.get("dep-1") is not None
 
 

@@ -188,3 +188,22 @@ async def test_a_due_time_left_to_an_owner_is_dropped_when_the_schedule_is_disab
         h.clock.advance(5)
         await h.settle()
         assert h.fired == []
+
+
+async def test_changed_calendars_never_grow_the_heap_past_twice_the_schedules() -> None:
+    """Each change of a calendar leaves its old heap entry behind until its due time comes;
+    the heap is rebuilt from the live plans before those outnumber them, and the plans
+    fire as before."""
+    async with Harness() as h:
+        deps = [f"d{i}" for i in range(300)]
+        for minute in range(20):  # every Schedule planned again twenty times
+            for dep in deps:
+                h.ticker.update(record(dep, f"{minute} 5 * * *"))
+        assert h.ticker.planned == len(deps)
+        assert h.ticker.heap_entries <= 2 * len(deps) + 1_024
+        assert {h.ticker.next_due(dep) for dep in deps} == {
+            datetime(2030, 3, 31, 5, 19, tzinfo=UTC)}
+        h.clock.set(datetime(2030, 3, 31, 5, 30, tzinfo=UTC))
+        await h.settle()
+        assert sorted(h.fired) == [(dep, datetime(2030, 3, 31, 5, 19, tzinfo=UTC))
+                                   for dep in sorted(deps)]

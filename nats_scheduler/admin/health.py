@@ -94,10 +94,24 @@ def silent_stops(
     grace: timedelta,
     alive_since: datetime | None = None,
 ) -> list[str]:
-    """Deployment IDs whose latest expected due time has no Run, sorted."""
+    """Deployment IDs whose latest expected due time has no Run, sorted.
+
+    Schedules that share a calendar and were last changed before ``alive_since`` (at a
+    restart: every one) share their latest expected due time, computed once per calendar:
+    a million Schedules are a few thousand calendar walks, not a million.
+    """
     found = []
+    known: dict[tuple[str, str, datetime], datetime | None] = {}
     for record in records:
-        due = latest_expected_due(record, now, grace, alive_since)
+        if not record.active:
+            continue
+        since = record.updated_at if alive_since is None else max(record.updated_at,
+                                                                  alive_since)
+        key = (record.cron, record.timezone, since)
+        if key in known:
+            due = known[key]
+        else:
+            due = known[key] = latest_expected_due(record, now, grace, alive_since)
         if due is not None and not has_run(record.deployment_id, due):
             found.append(record.deployment_id)
     return sorted(found)

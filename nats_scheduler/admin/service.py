@@ -237,7 +237,7 @@ class AdminService:
         of Schedules crosses in pages (the client asks for the next ones)."""
         budget = max(PAGE_BYTES_MIN, self.provider.store.max_payload // 2)
         page, next_after = schedule_page(
-            self.provider.schedules.all(), self.provider.ledger, self._clock_now,
+            self.provider.schedules, self.provider.ledger, self._clock_now,
             budget=budget, filter=req.filter, include_deleted=req.include_deleted,
             after=req.after)
         return ScheduleList(schedules=page, next_after=next_after)

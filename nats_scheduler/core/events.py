@@ -121,11 +121,16 @@ class Hold(msgspec.Struct, frozen=True, kw_only=True):
         return self.until is not None and self.until <= instant
 
 
-class ScheduleRecord(Schedule, frozen=True, kw_only=True):
+class ScheduleRecord(Schedule, frozen=True, kw_only=True, gc=False):
     """The stored state of one Schedule: AstraBox's definition plus the operator hold.
 
     It extends :class:`~nats_scheduler.seam.Schedule`, so the definition's fields are
     declared once; the admin API's ``ScheduleView`` extends this record in turn.
+
+    ``gc=False``: a replica holds one per Schedule, a million on a large platform, and the
+    garbage collector walked every one of them in each full collection. A record holds
+    texts, numbers, a time and frozen structs of the same kind, so it can never be part of
+    a reference cycle, which is all the collector is for.
     """
 
     deleted: bool = False
@@ -238,7 +243,10 @@ RunEventType = (
 # ------------------------------------------------------------------------ Schedule events
 
 
-class ScheduleEvent(Event, frozen=True, kw_only=True):
+class ScheduleEvent(Event, frozen=True, kw_only=True, gc=False):
+    """A change of one Schedule, carrying its record after the change. Without
+    garbage-collector bookkeeping, as its record (a first reconcile holds a million)."""
+
     schedule: ScheduleRecord
 
 

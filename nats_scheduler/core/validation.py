@@ -8,6 +8,7 @@ I/O: the size check takes the server's limit as an argument.
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -76,10 +77,11 @@ def check_deployment_id(value: str) -> None:
 
 def text_problem(value: str, max_chars: int | None = None) -> str | None:
     """Why ``value`` cannot be stored as event text (lone surrogates, too long), or None."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return "is not valid Unicode text"
+    if not value.isascii():  # ASCII always encodes: the usual case costs no encoding
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "is not valid Unicode text"
     if max_chars is not None and len(value) > max_chars:
         return f"is longer than {max_chars} characters"
     return None
@@ -130,18 +132,53 @@ def check_schedule(schedule: Schedule) -> None:
                 f"schedule of deployment {schedule.deployment_id!r} is invalid: "
                 f"its {what} {problem}"
             )
-    try:
-        calendar.validate(schedule.cron, schedule.timezone)
-    except InvalidSchedule as exc:
+    problem = _calendar_problem(schedule.cron, schedule.timezone)
+    if problem is not None:
         raise InvalidSchedule(
-            f"schedule of deployment {schedule.deployment_id!r} is invalid: {exc}"
-        ) from None
+            f"schedule of deployment {schedule.deployment_id!r} is invalid: {problem}")
+
+
+@functools.lru_cache(maxsize=16_384)
+def _calendar_problem(cron: str, timezone: str) -> str | None:
+    """Why ``calendar.validate`` refuses a cron expression and zone, or None; cached: a
+    reconcile checks every Schedule, and a million of them share a few thousand calendars."""
+    try:
+        calendar.validate(cron, timezone)
+    except InvalidSchedule as exc:
+        return str(exc)
+    return None
 
 
 def max_schedule_event_bytes(server_max_payload: int | None) -> int:
     """The largest Schedule event whose later events all fit the server's max payload."""
     server_max = server_max_payload or MAX_EVENT_BYTES
     return max(0, min(MAX_EVENT_BYTES, server_max - EVENT_HEADROOM_BYTES))
+
+
+SCHEDULE_EVENT_FRAME_BYTES = 512
+"""More than a ``schedule.applied`` event encodes to with every text empty and a version
+below 10**20: its tags, field names, two timestamps and numbers
+(tests/test_schedule_size.py pins it)."""
+
+MAX_BYTES_PER_CHAR = 6
+"""The most one character of text takes in an event's JSON: ``\\u0001`` for a control
+character (UTF-8 takes at most 4 bytes per code point)."""
+
+
+def surely_fits(schedule: Schedule, actor: str, limit: int) -> bool:
+    """Whether ``schedule``'s event is certainly at most ``limit`` bytes, judged by the
+    length of its texts alone (no encoding): a bound, so False means "encode and see".
+
+    A reconcile checks every Schedule's size before it writes any; encoding a million
+    events to measure them took seconds, and almost every Schedule is far below the limit.
+    """
+    if not 0 <= schedule.version < 10**20:
+        return False
+    payload = schedule.payload
+    chars = (len(schedule.deployment_id) + len(schedule.name) + len(schedule.cron)
+             + len(schedule.timezone) + len(payload.target) + len(payload.prompt)
+             + len(actor))
+    return SCHEDULE_EVENT_FRAME_BYTES + MAX_BYTES_PER_CHAR * chars <= limit
 
 
 def check_schedule_size(deployment_id: str, event_bytes: int, limit: int) -> None:
@@ -153,12 +190,14 @@ def check_schedule_size(deployment_id: str, event_bytes: int, limit: int) -> Non
         )
 
 
-def check_reconcile(schedules: list[Schedule]) -> None:
-    """Every Schedule valid, and each deployment given once."""
-    if len({s.deployment_id for s in schedules}) != len(schedules):
+def check_reconcile(schedules: list[Schedule]) -> set[str]:
+    """Every Schedule valid, and each deployment given once; returns the deployment IDs."""
+    given = {s.deployment_id for s in schedules}
+    if len(given) != len(schedules):
         raise InvalidSchedule("reconcile was given the same deployment more than once")
     for schedule in schedules:
         check_schedule(schedule)
+    return given
 
 
 def check_enqueue(request: EnqueueRequest, reason: str | None) -> None:

@@ -59,8 +59,10 @@ _V2_TOKENS = (11, 12)
 class Follower:
     """One ordered consumer feeding ``on_message(stream_seq, subject, data)``.
 
-    ``from_seq``: deliver only events from that stream sequence on (new events), not the last
-    event of every subject. ``on_skip`` hears of every message the projection refused.
+    ``from_seq``: deliver every event from that stream sequence on, not the last event of
+    every subject; with ``catch_up`` the events already stored from there are a replay to
+    wait for (:meth:`caught_up`; after a checkpoint), without it only new ones matter.
+    ``on_skip`` hears of every message the projection refused.
     """
 
     store: FollowedStore
@@ -70,6 +72,7 @@ class Follower:
     heartbeat: float = 1.0
     from_seq: int | None = None
     on_skip: Callable[[], None] | None = None
+    catch_up: bool = False
     applied_seq: int = field(default=0, init=False)
     poisoned: int = field(default=0, init=False)
     """Messages skipped because the projection refused them (see the module docstring)."""
@@ -89,7 +92,11 @@ class Follower:
         """Subscribe; the replay of what is stored goes on in the background
         (:meth:`caught_up` waits for it, :attr:`replayed` says whether it is done)."""
         self._target_seq = await self.store.last_seq(self.stream)
-        if self._target_seq == 0 or self.from_seq is not None:
+        if self.from_seq is not None and self.catch_up:
+            # the projection holds every event before it already (a checkpoint)
+            self.applied_seq = max(self.applied_seq, self.from_seq - 1)
+        if self._target_seq == 0 or (self.from_seq is not None and (
+                not self.catch_up or self.from_seq > self._target_seq)):
             self._caught_up.set()  # nothing to replay: only what comes from now on
         self._sub = await self.store.follow(self.stream, self.filter_subject, self._deliver,
                                              heartbeat=self.heartbeat, from_seq=self.from_seq)

@@ -17,6 +17,7 @@ from ..clock import Clock
 from ..ports.runs import RunProjection
 from ..ports.schedules import ScheduleCopies
 from ..settings import NatsSettings
+from .checkpoints import Checkpoints
 from .connection import connect
 from .history_reads import PagedHistory
 from .leases import Leases
@@ -46,6 +47,7 @@ class JetStreamPorts:
         self.schedules = ScheduleLog(store, table, on_stale=on_stale)
         self.runs = RunLog(store, ledger, history=self.history, leases=self.leases)
         self.replicas = JetStreamReplicas(store.js, store.names, replicas=settings.replicas)
+        self.checkpoints = Checkpoints(store) if store.checkpoints else None
 
     @property
     def connected(self) -> bool:

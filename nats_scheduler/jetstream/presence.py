@@ -4,16 +4,20 @@ The firing path names one owner per due time among the live replicas
 (``core/ownership.py``), so it needs a cheap, local answer to "who is alive?". Each replica
 puts its own key (``Names.replica_key``: its identity, escaped) when it starts and again
 every ``beat_seconds``, deletes it when it stops, and watches the whole bucket into memory.
-A replica is live while this process has seen its key put within ``3 * beat_seconds`` of its
-OWN elapsed time (``time.monotonic``): replicas' wall clocks may be skewed, so a written time
-is never compared with ours (the same rule as lease expiry, ``jetstream/leases.py``). A deleted key
-leaves at once; a killed replica's key stops changing and drops out after the window; the
-bucket's ``max_age`` then removes the key itself.
 
-When the watch starts it replays the keys already in the bucket, some possibly left by a
-replica that died a while ago. Their age is judged by the server's own timestamps, compared
-only with each other (each entry's against the newest, our own fresh put): still no
-replica's clock is involved.
+A replica is live while its key's last put is within ``3 * beat_seconds`` of the newest put
+this process has seen in the bucket, both judged by the SERVER's timestamps on them: what
+the store says, compared only with what the store said (no replica's clock is involved, and
+replicas' wall clocks may be skewed). A deleted key leaves at once; a killed replica's key
+stops changing, and it drops out once the others' puts (ours among them, every beat) are a
+window newer; the bucket's ``max_age`` then removes the key itself. The keys found when the
+watch starts, some left by a replica that died a while ago, are judged the same way.
+
+Never by this process's own time-outs or its own elapsed time: a replica whose event loop
+is busy (a reconcile of a million Schedules, a long pause) reads the others' puts late, but
+it reads them in order, and until it has read newer ones it has no reason to think anybody
+stopped. While it cannot read the bucket at all it keeps the last membership it saw; the
+owner patience (``runtime/ticker.py``) covers an owner that really stopped meanwhile.
 
 The beat is also this replica's measure of the store's clock (``core/serverclock.py``): the
 elapsed time just before each put and just after its ack, and the server's timestamp on that
@@ -22,8 +26,7 @@ one :class:`~nats_scheduler.core.serverclock.Sample` to ``on_sample`` per beat.
 
 Presence only decides who fires first; it is never what makes a Run unique (the store's
 conditional create is). So a wrong answer costs work, not correctness, and this process
-always counts itself: with no server answering, ``live()`` is just ``(identity,)`` and the
-replica fires everything itself.
+always counts itself.
 """
 
 from __future__ import annotations
@@ -46,7 +49,9 @@ from nats.js.kv import KeyValue
 from ..clock import Clock, SystemClock
 from ..core.serverclock import MAX_ROUND_TRIP, Sample
 from ..names import Names
+from ..ports.replicas import RegistryRefused
 from ..tasks import cancel_and_wait
+from .errors import is_transient
 
 log = logging.getLogger(__name__)
 
@@ -131,10 +136,11 @@ class Presence:
         self.window = WINDOW_BEATS * beat_seconds
         self._started_at = self._clock.now()
         self._seen: dict[str, tuple[str, float]] = {}
-        """key -> (identity, elapsed time its latest put was seen)."""
+        """key -> (identity, the server's timestamp of its latest put, seconds)."""
+        self._newest = -math.inf
+        """The newest server timestamp of a put seen in the bucket (ours included)."""
         self._live: tuple[str, ...] = (identity,)
         self._dirty = False
-        self._next_expiry = math.inf
         self._watcher: KeyValue.KeyWatcher | None = None
         self._joined = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -146,6 +152,8 @@ class Presence:
         self._stamps: dict[int, float] = {}
         """revision of our put -> the server's timestamp, when the watch saw it first."""
         self._replayed = asyncio.Event()
+        self.failed_beats = 0
+        """Beats whose put failed or went unanswered (retried at the next beat)."""
 
     @classmethod
     async def open(cls, js: JetStreamContext, names: Names, identity: str, *, replicas: int,
@@ -249,53 +257,44 @@ class Presence:
                 # as long as a clock sample may take: a slow put is still a true sample
                 await asyncio.wait_for(self._beat(), max(self.beat_seconds, MAX_ROUND_TRIP))
             except Exception:
+                self.failed_beats += 1  # the others judge us by our puts, we them by theirs
                 log.debug("presence: a beat of %s failed", self.identity, exc_info=True)
 
     # ------------------------------------------------------------------ the watch
 
     async def _follow(self, watcher: KeyValue.KeyWatcher) -> None:
-        """Apply the bucket's changes; the replayed ones are aged once the replay is done.
+        """Apply the bucket's changes, the keys already there first (each aged by its own
+        server timestamp, as every later put).
 
         The replay ends at the first entry the server delivered with nothing pending after
         it (our own key was put before the watch, so there is one), not at nats-py's ``None``
         marker: that one may come before entries already delivered (the consumer's info can
-        overtake them), and a dead replica's key would then look freshly beaten.
+        overtake them).
         """
-        replay: list[KeyValue.Entry] | None = []
         try:
             async for entry in watcher:
                 if entry is None:
                     continue
-                if replay is None:
-                    self._apply(entry, self._elapsed())
-                    continue
-                replay.append(entry)
+                self._apply(entry)
                 if not entry.delta:
-                    self._apply_replay(replay)
                     self._replayed.set()
-                    replay = None
         except Exception:
             log.debug("presence: the replicas watch ended", exc_info=True)
 
-    def _apply_replay(self, entries: list[KeyValue.Entry]) -> None:
-        """Seen times for keys put before we watched: their age by the server's timestamps."""
-        now = self._elapsed()
-        stamps = [_server_seconds(e.created) for e in entries]
-        newest = max((s for s in stamps if s is not None), default=None)
-        for entry, stamp in zip(entries, stamps, strict=True):
-            age = 0.0 if newest is None or stamp is None else max(0.0, newest - stamp)
-            self._apply(entry, now - age)
-
-    def _apply(self, entry: KeyValue.Entry, seen_at: float) -> None:
+    def _apply(self, entry: KeyValue.Entry) -> None:
+        stamp = _server_seconds(entry.created)
+        if stamp is not None and stamp > self._newest:
+            self._newest = stamp
+            self._dirty = True  # the others' puts age against it
         if entry.key == self._key and entry.operation not in ("DEL", "PURGE"):
             self._stamped(entry)
         if entry.operation in ("DEL", "PURGE") or not entry.value:
             if self._seen.pop(entry.key, None) is not None:
                 self._dirty = True
             return
-        if entry.key not in self._seen:
-            self._dirty = True
-        self._seen[entry.key] = (self._identity_of(entry), seen_at)
+        self._seen[entry.key] = (self._identity_of(entry),
+                                 self._newest if stamp is None else stamp)
+        self._dirty = True
 
     def _identity_of(self, entry: KeyValue.Entry) -> str:
         try:
@@ -312,19 +311,17 @@ class Presence:
     def live(self) -> tuple[str, ...]:
         """Sorted identities of the live replicas, always including this one.
 
-        Cached: recomputed only when a key came or went, or a member's window may have ended.
-        """
-        now = self._elapsed()
-        if self._dirty or now >= self._next_expiry:
-            self._recompute(now)
+        Cached: recomputed only when the watch brought something (a put, a delete: the
+        only news that can age a member out, see the module docstring)."""
+        if self._dirty:
+            self._recompute()
         return self._live
 
-    def _recompute(self, now: float) -> None:
-        for key in [k for k, (_, seen) in self._seen.items() if now - seen >= self.window]:
+    def _recompute(self) -> None:
+        newest, window = self._newest, self.window
+        for key in [k for k, (_, put) in self._seen.items() if newest - put >= window]:
             del self._seen[key]
         self._live = tuple(sorted({self.identity, *(i for i, _ in self._seen.values())}))
-        self._next_expiry = min((s + self.window for _, s in self._seen.values()),
-                                default=math.inf)
         self._dirty = False
 
 
@@ -347,6 +344,14 @@ class JetStreamReplicas:
     async def open(self, identity: str, *, clock: Clock,
                    on_sample: Callable[[Sample], None] | None = None,
                    wall: Callable[[], float] | None = None) -> Presence:
-        """Bind the bucket (creating it on first use) for ``identity``; not started."""
-        return await Presence.open(self._js, self._names, identity, replicas=self._replicas,
-                                   clock=clock, on_sample=on_sample, wall=wall or time.time)
+        """Bind the bucket (creating it on first use) for ``identity``; not started.
+        ``RegistryRefused`` when the server answers no (an error that is no time-out nor a
+        passing trouble: a configuration without the bucket)."""
+        try:
+            return await Presence.open(self._js, self._names, identity,
+                                       replicas=self._replicas, clock=clock,
+                                       on_sample=on_sample, wall=wall or time.time)
+        except nats.js.errors.APIError as exc:
+            if is_transient(exc):
+                raise
+            raise RegistryRefused(str(exc) or type(exc).__name__) from exc

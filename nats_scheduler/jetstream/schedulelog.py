@@ -20,7 +20,7 @@ sees it only as a :class:`ScheduleCopies`, so the layer below never imports the 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 
 from ..core.events import ScheduleRecord, decode_schedule_event, encode
@@ -28,6 +28,7 @@ from ..core.schedulecore import PlannedWrite
 from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_MSG_ID, schedule_event_msg_id
 from ..ports.schedules import Decide, OnSchedule, ScheduleCopies
 from ..seam import SchedulerUnavailable
+from .acks import Outgoing
 from .errors import Conflict, is_conflict
 from .event_store import EventStore
 from .follower import Follower
@@ -37,11 +38,15 @@ MAX_DECISIONS = 50
 race means another writer's change was stored, so this bounds livelock, not waiting."""
 
 PIPELINE_CHUNK = 500
-"""Planned writes sent per pipelined batch: every acknowledgement of a batch must arrive
-within the publisher's timeout, so a batch is what the server acknowledges in well under it."""
+"""Planned writes sent per batch: the batch's acknowledgement must arrive within the
+publisher's timeout, so a batch is what the server stores in well under it."""
+
+PIPELINE_BYTES = 4 * 1024 * 1024
+"""At most this many bytes of events per batch (a Schedule may carry a prompt of hundreds
+of KiB): an atomic batch is staged whole on the server before it is committed."""
 
 PIPELINE_BATCHES = 4
-"""Pipelined batches in flight at once."""
+"""Batches in flight at once."""
 
 
 def _headers(msg_id: str, expected_seq: int) -> dict[str, str]:
@@ -130,35 +135,57 @@ class ScheduleLog:
 
     async def write_planned(self, planned: Sequence[PlannedWrite],
                             redecide: Callable[[PlannedWrite], Decide]) -> None:
-        """Store changes decided on the table's copy, pipelined (``reconcile``).
+        """Store changes decided on the table's copy, in batches (``reconcile``).
 
         Each is appended conditionally on the sequence it was decided on, exactly as the first
         attempt of :meth:`write`; one the store refuses (a writer got there first) or does
         not acknowledge is decided again on the leader's state through :meth:`write` with
         ``redecide(planned)``, so the outcome is that of one :meth:`write` per change.
+        A batch goes as one ADR-50 atomic batch: one acknowledgement for hundreds of
+        changes, where a million new Schedules were a million acknowledgements to read.
+        One stale copy refuses the whole batch; it is then sent again one change at a time,
+        each with its own answer, as before.
         """
-        limit = asyncio.Semaphore(PIPELINE_BATCHES)
+        chunks = self._chunks(planned)  # encoded as sent: never a million events at once
 
-        async def batch(chunk: Sequence[PlannedWrite]) -> None:
-            async with limit:
-                retry = await self._send(chunk)
-            for item in retry:
-                await self.write(item.deployment_id, redecide(item), on_copy=False)
+        async def sender() -> None:
+            for chunk in chunks:
+                for item in await self._send(chunk):
+                    await self.write(item.deployment_id, redecide(item), on_copy=False)
 
-        await asyncio.gather(*(batch(planned[i:i + PIPELINE_CHUNK])
-                               for i in range(0, len(planned), PIPELINE_CHUNK)))
+        await asyncio.gather(*(sender() for _ in range(PIPELINE_BATCHES)))
 
-    async def _send(self, chunk: Sequence[PlannedWrite]) -> list[PlannedWrite]:
-        """Send one batch and apply what was stored; returns the writes to decide again."""
+    def _chunks(self, planned: Sequence[PlannedWrite]
+                ) -> Iterator[list[tuple[PlannedWrite, Outgoing]]]:
+        """The planned writes as messages, in batches of at most ``PIPELINE_CHUNK`` writes
+        and ``PIPELINE_BYTES`` bytes (one at least)."""
         decisions = self._store.decisions
-        messages = [
-            (self._names.schedule_subject(item.deployment_id), encode(item.event),
-             _headers(schedule_event_msg_id(item.deployment_id, item.seq, decisions.next()),
-                      item.seq))
-            for item in chunk]
+        chunk: list[tuple[PlannedWrite, Outgoing]] = []
+        size = 0
+        for item in planned:
+            data = encode(item.event)
+            if chunk and (len(chunk) >= PIPELINE_CHUNK or size + len(data) > PIPELINE_BYTES):
+                yield chunk
+                chunk, size = [], 0
+            message = (self._names.schedule_subject(item.deployment_id), data, _headers(
+                schedule_event_msg_id(item.deployment_id, item.seq, decisions.next()),
+                item.seq))
+            chunk.append((item, message))
+            size += len(data)
+        if chunk:
+            yield chunk
+
+    async def _send(self, chunk: Sequence[tuple[PlannedWrite, Outgoing]]
+                    ) -> list[PlannedWrite]:
+        """Send one batch and apply what was stored; returns the writes to decide again."""
+        items = [item for item, _ in chunk]
+        results = await self._store.publish_atomic_or_each(
+            self._names.schedules_stream, [message for _, message in chunk],
+            resend=lambda: True)  # decided on the copy: each may still be sent on its own
+        if isinstance(results, Exception):
+            return items  # unanswered: each decided again on the leader's state
         retry = []
-        for item, result in zip(chunk, await self._store.publish_many(messages),
-                                strict=True):
+        for item, result in zip(items, results, strict=True):
             if isinstance(result, Exception) and is_conflict(result):
                 self._on_stale()
             if isinstance(result, Exception) or result.duplicate:
@@ -186,14 +213,16 @@ class ScheduleLog:
         return await self._store.last_seq_once(self._names.schedules_stream)
 
     def feed(self, on_schedule: OnSchedule, *,
-             on_skip: Callable[[], None] | None = None) -> Follower:
-        """An ordered consumer of the Schedule events: the last of each, then every new one."""
+             on_skip: Callable[[], None] | None = None, after: int | None = None) -> Follower:
+        """An ordered consumer of the Schedule events: the last of each (or, ``after`` a
+        checkpoint, every one after it), then every new one."""
         def on_message(seq: int, _subject: str, data: bytes) -> None:
             on_schedule(seq, decode_schedule_event(data).schedule)
 
         return Follower(self._store, stream=self._names.schedules_stream,
                         filter_subject=self._names.schedules_filter, on_message=on_message,
-                        on_skip=on_skip)
+                        on_skip=on_skip, from_seq=None if after is None else after + 1,
+                        catch_up=after is not None)
 
     async def as_of(self, deployment_id: str, instant: datetime) -> ScheduleRecord | None:
         """The Schedule as its last event stored at or before ``instant`` left it.

@@ -92,6 +92,50 @@ def leases_stream_config(names: Names, settings: NatsSettings) -> StreamConfig:
     )
 
 
+CHECKPOINT_MAX_AGE = 7 * 86400.0
+"""Seconds a checkpoint of the Schedule table is kept (a writer rewrites one before half of
+this has passed); what a writer that died half-way left behind goes with it."""
+
+CHECKPOINTS_SETUP_TIMEOUT = 2.0
+"""Seconds ``start()`` gives the checkpoints stream: a store whose permissions predate it
+(a request refused times out) starts without checkpoints, not late."""
+
+
+def checkpoints_stream_config(names: Names, settings: NatsSettings) -> StreamConfig:
+    """The Schedule table's checkpoints (``jetstream/checkpoints.py``): a cache, so no
+    atomic batches, no direct gets (read from the leader), purged by the writer."""
+    return StreamConfig(
+        name=names.checkpoints_stream,
+        subjects=[names.checkpoints_filter],
+        description="AstraBox scheduler: checkpoints of the Schedule table (a cache)",
+        retention=RetentionPolicy.LIMITS, storage=StorageType.FILE,
+        num_replicas=settings.replicas, discard=DiscardPolicy.OLD,
+        max_age=CHECKPOINT_MAX_AGE, deny_delete=True, duplicate_window=120.0,
+    )
+
+
+async def ensure_checkpoints(js: JetStreamContext, names: Names,
+                             settings: NatsSettings) -> bool:
+    """Create or find the checkpoints stream; False (and a warning) when the store does
+    not let the scheduler have it: the provider then starts by replaying every Schedule,
+    as before checkpoints existed."""
+    wanted = checkpoints_stream_config(names, settings)
+    try:
+        async with asyncio.timeout(CHECKPOINTS_SETUP_TIMEOUT):
+            try:
+                await js.stream_info(names.checkpoints_stream)
+            except nats.js.errors.NotFoundError:
+                with contextlib.suppress(nats.js.errors.BadRequestError):  # a race: found
+                    await js.add_stream(wanted)
+    except Exception as exc:
+        log.warning("the store has no checkpoints of the Schedule table for this scheduler "
+                    "(%s); replicas start by reading every Schedule (allow the scheduler "
+                    "the stream %s, see docs/configuration.md)", exc or type(exc).__name__,
+                    names.checkpoints_stream)
+        return False
+    return True
+
+
 async def ensure(js: JetStreamContext, names: Names, settings: NatsSettings,
                  retry: Retrier) -> KeyValue:
     """Create or verify the streams and the lease bucket (idempotent, race-safe); returns

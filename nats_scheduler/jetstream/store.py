@@ -47,6 +47,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+FOLLOW_TIMEOUT = 30.0
+"""Seconds the server may take to set up a follower of the last event per subject."""
+
+
 class NotAtomic(Exception):
     """The stream does not take atomic batches (its ``allow_atomic`` is off)."""
 
@@ -72,6 +76,9 @@ class Store:
         """This writer's decision nonces, for the Msg-Ids of later events (runlog, schedulelog)."""
         self._retry = Retrier(nc, settings.store_retry_seconds, count_error)
         self._leases: KeyValue | None = None
+        self.checkpoints = False
+        """Whether the store keeps checkpoints of the Schedule table for this scheduler
+        (``ensure`` finds out; ``jetstream/checkpoints.py``)."""
 
     # ---------------------------------------------------------------- retrying
 
@@ -101,8 +108,10 @@ class Store:
         return setup.stream_configs(self.names, self.settings)
 
     async def ensure(self) -> None:
-        """Create or verify the streams and the lease bucket (idempotent, race-safe)."""
+        """Create or verify the streams and the lease bucket (idempotent, race-safe), and
+        the Schedule table's checkpoints where the store allows them."""
         self._leases = await setup.ensure(self.js, self.names, self.settings, self._retry)
+        self.checkpoints = await setup.ensure_checkpoints(self.js, self.names, self.settings)
 
     @property
     def leases(self) -> KeyValue:
@@ -267,6 +276,12 @@ class Store:
         exist yet: a namespace no provider has prepared reads as empty)."""
         return await self.retrying("could not read", lambda: self.last_seq_once(stream))
 
+    async def created(self, stream: str) -> str:
+        """When ``stream`` was created (the server's word): tells a stream made again."""
+        info = await self.retrying("could not read the store",
+                                   lambda: self.js.stream_info(stream))
+        return str(info.created)
+
     async def last_seq_once(self, stream: str) -> int:
         """:meth:`last_seq`, asked once: no retry, and a failure is raised as the client's
         own error, uncounted (for a caller with a fallback of its own)."""
@@ -292,7 +307,9 @@ class Store:
         a gap or missed heartbeats, so a follower heals after reconnects and leader changes.
         """
         if from_seq is None:
-            return await self.js.subscribe(
+            # the server finds the last message of every subject before it answers: seconds
+            # on a loaded server with a million Schedules, well past the usual time-out
+            return await self.nc.jetstream(timeout=FOLLOW_TIMEOUT).subscribe(
                 filter_subject, stream=stream, cb=cb, ordered_consumer=True,
                 idle_heartbeat=heartbeat, deliver_policy=DeliverPolicy.LAST_PER_SUBJECT)
         return await self.js.subscribe(
@@ -339,6 +356,8 @@ class Store:
             return self.names.runs_stream
         if self.names.is_index_subject(subject):
             return self.names.index_stream
+        if self.names.is_checkpoint_subject(subject):
+            return self.names.checkpoints_stream
         if self.names.is_outage_subject(subject):
             return self.names.outages_stream
         return self.names.schedules_stream

@@ -12,6 +12,7 @@ from typing import TypeVar
 from ..clock import Clock
 from ..ports.runs import RunProjection
 from ..ports.schedules import ScheduleCopies
+from .checkpoints import MemoryCheckpoints
 from .history import MemoryHistory
 from .leases import MemoryLeases
 from .replicas import MemoryReplicas
@@ -40,6 +41,7 @@ class MemoryPorts:
         self.schedules = MemorySchedules(store, table, identity=identity,
                                          retry_seconds=retry_seconds)
         self.replicas = MemoryReplicas(store, beat_seconds=beat_seconds)
+        self.checkpoints = MemoryCheckpoints(store, retry_seconds=retry_seconds)
 
     @property
     def connected(self) -> bool:

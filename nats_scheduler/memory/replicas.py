@@ -1,9 +1,10 @@
 """The live replicas in memory (the contract: :mod:`nats_scheduler.ports.replicas`).
 
 Each replica's record is a slot of :class:`~.store.MemoryStore`, put again every beat; every
-replica watches the slots and counts a replica live while it saw its record put within
-three beats of its own elapsed time (the event loop's clock). Each beat gives one sample of
-the store's clock: the elapsed time around the put, and the store's stamp on it.
+replica watches the slots and counts a replica live while its record's last put is within
+three beats of the newest put it has seen, by the store's stamps on them (never its own
+elapsed time). Each beat gives one sample of the store's clock: the elapsed time around the
+put, and the store's stamp on it.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ class MemoryMembers:
         self._on_sample = on_sample
         self._wall = wall or (lambda: clock.now().timestamp())
         self._seen: dict[str, float] = {}
-        """identity -> elapsed time its latest put was seen."""
+        """identity -> the store's stamp of its latest put seen (seconds)."""
+        self._newest = float("-inf")
+        """The newest stamp of a put seen (ours included)."""
         self._task: asyncio.Task[None] | None = None
         self._unwatch: Callable[[], None] | None = None
         self._joined = False
@@ -61,17 +64,16 @@ class MemoryMembers:
         if slot is None:
             self._seen.pop(identity, None)
         else:
-            self._seen[identity] = self._elapsed()
+            stamp = slot.stored_at.timestamp()
+            self._seen[identity] = stamp
+            self._newest = max(self._newest, stamp)
 
     async def start(self) -> None:
         await self._beat()
         self._joined = True
         self._unwatch = self._store.watch_replicas(self._watched)
-        now = self._elapsed()
-        newest = max((s.stored_at for s in self._store.replicas.values()), default=None)
         for identity, slot in self._store.replicas.items():
-            age = (newest - slot.stored_at).total_seconds() if newest is not None else 0.0
-            self._seen[identity] = now - max(0.0, age)
+            self._watched(identity, slot)
         self._task = asyncio.create_task(self._beat_forever(), name="presence-beat")
 
     async def _beat_forever(self) -> None:
@@ -98,10 +100,9 @@ class MemoryMembers:
         self._seen.clear()
 
     def live(self) -> tuple[str, ...]:
-        now = self._elapsed()
-        window = WINDOW_BEATS * self.beat_seconds
+        newest, window = self._newest, WINDOW_BEATS * self.beat_seconds
         return tuple(sorted({self.identity,
-                             *(i for i, seen in self._seen.items() if now - seen < window)}))
+                             *(i for i, put in self._seen.items() if newest - put < window)}))
 
 
 class MemoryReplicas:

@@ -102,9 +102,11 @@ class MemorySchedules:
         return self._store.schedule_seq
 
     def feed(self, on_schedule: OnSchedule, *,
-             on_skip: Callable[[], None] | None = None) -> MemoryFeed:
+             on_skip: Callable[[], None] | None = None, after: int | None = None
+             ) -> MemoryFeed:
         def replay() -> list[StoredEvent]:
-            return sorted((events[-1] for events in self._store.schedules.values() if events),
+            return sorted((events[-1] for events in self._store.schedules.values()
+                           if events and events[-1].seq > (after or 0)),
                           key=lambda stored: stored.seq)
 
         def apply(stored: StoredEvent) -> None:

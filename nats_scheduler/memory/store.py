@@ -32,6 +32,7 @@ from datetime import datetime, timedelta
 
 from ..clock import Clock
 from ..core.events import RunEventType, ScheduleEventType
+from ..ports.checkpoints import CheckpointHead, CheckpointRow
 from ..ports.history import IndexEntry
 from ..ports.leases import LeaseValue
 
@@ -68,6 +69,18 @@ class ReplicaSlot:
     stored_at: datetime
 
 
+@dataclass
+class CheckpointShelf:
+    """The checkpoints of the Schedule table stored: each head with its position (the newest
+    last), each checkpoint's parts by its id."""
+
+    heads: list[tuple[int, CheckpointHead]] = field(default_factory=list)
+    parts: dict[str, list[list[CheckpointRow]]] = field(default_factory=dict)
+    seq: int = 0
+    begun: int = 0
+    """Checkpoints begun (the last one's id)."""
+
+
 Subscriber = Callable[[StoredEvent], None]
 
 
@@ -100,6 +113,9 @@ class MemoryStore:
     """deployment_id -> its history entries: (position, stored_at, entry, msg_id)."""
     leases: dict[str, LeaseSlot] = field(default_factory=dict)
     replicas: dict[str, ReplicaSlot] = field(default_factory=dict)
+    checkpoints: CheckpointShelf = field(default_factory=CheckpointShelf)
+    created: str = ""
+    """When the Schedule journal was created (set from ``clock`` when not given)."""
     run_seq: int = 0
     schedule_seq: int = 0
     index_seq: int = 0
@@ -110,6 +126,9 @@ class MemoryStore:
     _replica_watchers: list[Callable[[str, ReplicaSlot | None], None]] = field(
         default_factory=list)
     _last_delivery: dict[int, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.created = self.created or self.clock.now().isoformat()
 
     # ------------------------------------------------------------------ behaviour
 

@@ -70,6 +70,15 @@ def _healthz_ok(url: str) -> bool:
         return False
 
 
+def _stopped(pid: int) -> bool:
+    """Whether the process is stopped by a signal (``/proc``; True where there is none)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[0] in ("T", "t")
+
+
 def _quote(value: str) -> str:
     """A double-quoted string for the NATS config format."""
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
@@ -325,11 +334,16 @@ class NatsServer:
             self.stop()
         return self.start(timeout)
 
-    def pause(self) -> None:
-        """SIGSTOP: the process stays alive but answers nothing (a hung server)."""
+    def pause(self, timeout: float = 5.0) -> None:
+        """SIGSTOP: the process stays alive but answers nothing (a hung server). Returns once
+        the kernel shows it stopped (``timeout`` at most): a signal is delivered a moment
+        after it is sent, and a probe in that moment would still be answered."""
         if self._proc is not None and self.running:
             self._proc.send_signal(signal.SIGSTOP)
             self._paused = True
+            deadline = time.monotonic() + timeout
+            while not _stopped(self._proc.pid) and time.monotonic() < deadline:
+                time.sleep(_POLL_INTERVAL)
 
     def resume(self) -> None:
         """SIGCONT after :meth:`pause`."""

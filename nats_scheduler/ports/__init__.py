@@ -13,6 +13,8 @@ and what it raises.
   stored state.
 - :mod:`.replicas`: the live replicas (``ReplicaRegistry``) and the store's clock.
 - :mod:`.feeds`: how a projection follows its journal (``Feed``).
+- :mod:`.checkpoints`: checkpoints of the Schedule table (``TableCheckpoints``), where the
+  store keeps them.
 
 :class:`StorePorts` is all of them for one process. Two implementations: JetStream
 (``jetstream/ports.py``, production) and memory (``memory/``, a tool for tests and the
@@ -25,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
+from .checkpoints import TableCheckpoints
 from .history import RunHistory
 from .leases import LeaseTable
 from .replicas import ReplicaRegistry
@@ -42,6 +45,8 @@ class StorePorts(Protocol):
     leases: LeaseTable
     schedules: ScheduleJournal
     replicas: ReplicaRegistry
+    checkpoints: TableCheckpoints | None
+    """None when the store keeps no checkpoints (the start-up then reads every Schedule)."""
 
     @property
     def connected(self) -> bool:

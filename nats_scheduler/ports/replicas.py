@@ -1,11 +1,14 @@
 """The live replicas: which provider processes are running, and the store's clock.
 
 Each replica joins (puts its record), beats (puts it again every ``beat_seconds``) and
-leaves (deletes it); every replica watches the others'. A replica is live while this process
-has seen its record put within ``3 * beat_seconds`` of its OWN elapsed time: replicas' wall
-clocks are never compared. A replica always counts itself. The beat is also this replica's
-measure of the store's clock: the elapsed time around each put and the store's timestamp on
-it make one :class:`~nats_scheduler.core.serverclock.Sample` per beat.
+leaves (deletes it); every replica watches the others'. A replica is live while its record's
+last put is within ``3 * beat_seconds`` of the newest put this process has read, both by the
+STORE's timestamps on them: replicas' wall clocks are never compared, and neither this
+process's own time-outs nor its elapsed time drop anybody (a replica whose event loop is
+busy reads the others' puts late, but in order; until it has read newer ones, nobody
+stopped). A replica always counts itself. The beat is also this replica's measure of the
+store's clock: the elapsed time around each put and the store's timestamp on it make one
+:class:`~nats_scheduler.core.serverclock.Sample` per beat.
 
 Membership only decides who fires a due time first (``runtime/membership.py``); it is never
 what makes a Run unique, so a wrong answer costs work, not correctness.
@@ -22,12 +25,18 @@ from ..clock import Clock
 from ..core.serverclock import Sample
 
 
+class RegistryRefused(Exception):
+    """The store refuses this scheduler the registry itself (a configuration without it), as
+    opposed to not answering in time: joining again will not help."""
+
+
 class Members(Protocol):
     """This replica's membership, once opened."""
 
     async def start(self) -> None:
-        """Put this replica's record, watch the others', beat. Raises when the store refuses
-        the first put; returns once the records stored before are known (bounded)."""
+        """Put this replica's record, watch the others', beat. Raises when the first put
+        fails (:class:`RegistryRefused` when the store refuses the registry outright);
+        returns once the records stored before are known (bounded)."""
         ...
 
     async def stop(self) -> None:
@@ -47,5 +56,6 @@ class ReplicaRegistry(Protocol):
                    on_sample: Callable[[Sample], None] | None = None,
                    wall: Callable[[], float] | None = None) -> Members:
         """This replica's membership (not started). ``on_sample`` gets one sample of the
-        store's clock per beat, ``wall`` is the host's clock for the offset people read."""
+        store's clock per beat, ``wall`` is the host's clock for the offset people read.
+        :class:`RegistryRefused` when the store refuses the registry outright."""
         ...

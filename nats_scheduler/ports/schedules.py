@@ -80,7 +80,9 @@ class ScheduleJournal(Protocol):
         ...
 
     def feed(self, on_schedule: OnSchedule, *,
-             on_skip: Callable[[], None] | None = None) -> Feed:
+             on_skip: Callable[[], None] | None = None, after: int | None = None) -> Feed:
         """Every Schedule's last stored state, then each new one, to ``on_schedule``.
+        ``after``: the copies hold every event up to this position already (a checkpoint):
+        only the events after it, those stored already being the replay to catch up with.
         Not started: :meth:`Feed.subscribe`."""
         ...

@@ -40,10 +40,11 @@ __all__ = ["FAILURE_MEMORY", "DeploymentSummary", "Ledger", "RunMark"]
 class Ledger:
     """Unfinished Runs, recently touched Runs and per-deployment summaries."""
 
-    def __init__(self, recent_limit: int = 10_000) -> None:
+    def __init__(self, recent_limit: int = 10_000, *,
+                 shared_id: Callable[[str], str] | None = None) -> None:
         self._recent: OrderedDict[str, tuple[int, RunRecord]] = OrderedDict()
         self._unfinished: dict[str, tuple[int, RunRecord]] = {}
-        self._summaries = Summaries()
+        self._summaries = Summaries(shared_id)
         self._listeners: list[Listener] = []
         self._recent_limit = recent_limit
         self.created = 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import struct
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -101,7 +102,10 @@ def _newer(seq: int, record: RunRecord, held: bytes | None) -> bool:
 class Summaries:
     """Every deployment's summary, packed (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, shared_id: Callable[[str], str] | None = None) -> None:
+        self._shared_id = shared_id or sys.intern
+        """The deployment ID object to key a summary by: the Schedule table's own (one
+        copy of each ID per process, not one per structure), or an interned one."""
         self._last: dict[str, bytes] = {}
         self._last_scheduled: dict[str, bytes] = {}
         """Only where the newest scheduled Run is not the newest Run."""
@@ -112,7 +116,7 @@ class Summaries:
 
         Kept true throughout: a deployment is in ``_last_scheduled`` only when its newest
         Run is not a scheduled one and a scheduled one is known."""
-        dep = sys.intern(record.deployment_id)  # the key shared with the Schedule table's
+        dep = self._shared_id(record.deployment_id)
         last = self._last.get(dep)
         scheduled = record.trigger == Trigger.SCHEDULE
         if _newer(seq, record, last):

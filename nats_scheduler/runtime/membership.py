@@ -6,23 +6,42 @@ and every retention slice one owner among the live replicas (rendezvous hashing,
 the server's stamp on it and feeds this replica's estimate of the store's clock
 (:mod:`nats_scheduler.core.serverclock`; docs/architecture.md, "One clock: the store's").
 
-A replica that cannot join (a server or configuration that refuses the bucket) owns
-everything: correct (the store lets one Run per due time win), only more work for the store
-when several replicas run.
+A replica never decides it is alone because it is busy. Who is live is judged on what the
+store says (the other replicas' puts, by the server's timestamps), never on this process's
+own time-outs. A join that the store does not answer in time (its event loop busy with a
+million Schedules, the store slow) is tried again in the background until it succeeds;
+while it cannot tell, the replica owns what it owned by the last membership it saw, or
+nothing if it never saw one, and the owner patience (``runtime/ticker.py``) still hands it
+any due time nobody fired. Only a store that refuses the registry outright
+(:class:`~nats_scheduler.ports.replicas.RegistryRefused`: a configuration without it) makes
+a replica own everything: there is no membership to wait for.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import itertools
 import logging
 from datetime import datetime
 
 from ..clock import Clock, ServerClock
 from ..core.ownership import owner, owner_key
 from ..core.serverclock import Sample
-from ..ports.replicas import Members, ReplicaRegistry
+from ..ports.replicas import Members, RegistryRefused, ReplicaRegistry
+from ..tasks import cancel_and_wait
 from .metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+JOIN_SECONDS = 10.0
+"""How long one attempt to join may take before it is given up and tried again."""
+
+JOIN_RETRY_SECONDS = (0.5, 1.0, 2.0, 5.0)
+"""Pauses between attempts to join, the last one repeated."""
+
+STOP_SECONDS = 5.0
+"""How long ``leave`` waits for an attempt to join in progress to end."""
 
 
 class Membership:
@@ -35,34 +54,84 @@ class Membership:
         self._clock = clock
         self._metrics = metrics
         self.presence: Members | None = None
+        self._last: tuple[str, ...] | None = None
+        """The last membership this replica saw (None: it never saw one)."""
+        self._refused = False
+        """The store refused the replicas bucket: nobody can join, everybody owns all."""
+        self._joining: asyncio.Task[None] | None = None
+        self.attempts = 0
+        """Attempts to join made so far (the first included)."""
 
     async def join(self) -> None:
-        """Put this replica's key and watch the others' (a warning, never a failure)."""
-        clock = self._clock
-        try:
-            presence = await self._replicas.open(
-                self._identity, clock=clock,
-                **({"on_sample": self._observe, "wall": clock.wall_seconds}
-                   if isinstance(clock, ServerClock) else {}))
-            await presence.start()
-        except Exception as exc:
-            log.warning("could not join the live replicas (%s); this replica fires every "
-                        "due time itself", exc)
+        """Put this replica's key and watch the others'. If the store does not answer in
+        time, the attempt is repeated in the background until it succeeds (a warning,
+        never a failure)."""
+        if await self._attempt():
             return
-        self.presence = presence
+        self._joining = asyncio.create_task(self._join_until_joined(), name="joining")
+
+    async def _join_until_joined(self) -> None:
+        for attempt in itertools.count():
+            await asyncio.sleep(JOIN_RETRY_SECONDS[min(attempt, len(JOIN_RETRY_SECONDS) - 1)])
+            if await self._attempt():
+                log.info("joined the live replicas after %d attempts", self.attempts)
+                return
+
+    async def _attempt(self) -> bool:
+        """One attempt to join; whether it succeeded."""
+        self.attempts += 1
+        clock = self._clock
+        presence: Members | None = None
+        try:
+            async with asyncio.timeout(JOIN_SECONDS):
+                presence = await self._replicas.open(
+                    self._identity, clock=clock,
+                    **({"on_sample": self._observe, "wall": clock.wall_seconds}
+                       if isinstance(clock, ServerClock) else {}))
+                await presence.start()
+        except Exception as exc:
+            if presence is not None:
+                with contextlib.suppress(Exception):
+                    await presence.stop()  # bounded: a half-started attempt leaves nothing
+            self._not_joined(exc)
+            return False
+        self.presence, self._refused = presence, False
+        return True
+
+    def _not_joined(self, exc: Exception) -> None:
+        refused = isinstance(exc, RegistryRefused)
+        if refused and not self._refused:
+            log.warning("the store refuses the live replicas' registry (%s); this replica "
+                        "fires every due time itself", exc)
+        elif not refused and self.attempts == 1:
+            log.warning("could not join the live replicas yet (%s); trying again. Meanwhile "
+                        "this replica fires what it owned by the last membership it saw, and "
+                        "the others' due times only once their owner's patience has passed",
+                        exc or type(exc).__name__)
+        self._refused = refused
 
     async def leave(self) -> None:
         """Delete this replica's key: the others own its due times at once."""
+        joining, self._joining = self._joining, None
+        if joining is not None:
+            await cancel_and_wait([joining], timeout=STOP_SECONDS)
         presence, self.presence = self.presence, None
         if presence is not None:
             await presence.stop()
 
+    def members(self) -> tuple[str, ...] | None:
+        """The live replicas as the store last showed them (this one included); None when
+        this replica cannot tell (it never joined)."""
+        presence = self.presence
+        if presence is not None:
+            self._last = presence.live()
+        return self._last
+
     def owns(self, key: str) -> bool:
         """Whether this replica owns ``key`` among the live ones (all of it when alone)."""
-        presence = self.presence
-        if presence is None:
-            return True
-        members = presence.live()
+        members = self.members()
+        if members is None:
+            return self._refused  # cannot tell: the owner patience decides, unless refused
         return len(members) == 1 or owner(members, key) == self._identity
 
     def owns_due(self, deployment_id: str, due: datetime) -> bool:
@@ -71,7 +140,8 @@ class Membership:
 
     def live_replicas(self) -> int:
         """How many replicas this one counts live, itself included (1 when alone)."""
-        return len(self.presence.live()) if self.presence is not None else 1
+        members = self.members()
+        return 1 if members is None else len(members)
 
     def server_offset(self) -> tuple[float, float] | None:
         """This host's clock minus the store's and its error bound (seconds); None unknown."""

@@ -219,7 +219,6 @@ class Metrics:
         self._counts: Counter[tuple[str, str]] = Counter()
         self._lateness: dict[str, deque[float]] = {
             stage: deque(maxlen=LATENESS_WINDOW) for stage in ("stored", "started")}
-        self._schedule_states: dict[str, str] = {}
         self._schedules: Counter[str] = Counter()
         self._in_flight = 0
         self._live = True
@@ -306,21 +305,22 @@ class Metrics:
 
     # ------------------------------------------------------------------ Schedules
 
-    def watch_schedules(self, records: list[ScheduleRecord],
-                        subscribe: Callable[[Callable[[ScheduleRecord], None]], None]) -> None:
-        """Count ``records`` by state, then follow every change ``subscribe`` reports."""
+    def watch_schedules(
+        self, records: list[ScheduleRecord],
+        subscribe: Callable[[Callable[[ScheduleRecord | None, ScheduleRecord], None]], None],
+    ) -> None:
+        """Count ``records`` by state, then follow every change ``subscribe`` reports with
+        the record it replaced (no state is kept per Schedule: a million Schedules)."""
         for record in records:
-            self.schedule_changed(record)
+            self.schedule_changed(None, record)
         subscribe(self.schedule_changed)
 
-    def schedule_changed(self, record: ScheduleRecord) -> None:
+    def schedule_changed(self, previous: ScheduleRecord | None, record: ScheduleRecord) -> None:
         """Move one Schedule between the state counts (O(1): called on every event)."""
         if not self._live:
             return
-        old = self._schedule_states.pop(record.deployment_id, None)
+        old = None if previous is None else _schedule_state(previous)
         new = _schedule_state(record)
-        if new is not None:
-            self._schedule_states[record.deployment_id] = new
         if old != new:
             self._move(old, -1)
             self._move(new, +1)
@@ -339,7 +339,6 @@ class Metrics:
         for state, count in self._schedules.items():
             self._gauges[SCHEDULES.name].add(-count, {"state": state})
         self._schedules.clear()
-        self._schedule_states.clear()
         self._gauges[RUNS_IN_FLIGHT.name].add(-self._in_flight)
         self._in_flight = 0
         self._live = False

@@ -64,7 +64,8 @@ class Retention:
 
     async def run_pass(self) -> int:
         """One pass: the next slice of the deployments; returns Runs cut."""
-        deployments = sorted(record.deployment_id for record in self._table.all())
+        # in the table's kept order: a sort of a million IDs every pass was a second of CPU
+        deployments = [record.deployment_id for record in self._table.in_order()]
         batch, self._cursor = retention_slice(deployments, self._cursor, self._interval,
                                               RETENTION_ROUND_SECONDS)
         return await self._history.enforce(batch, self._ledger.unfinished())

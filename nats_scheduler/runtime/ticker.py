@@ -30,9 +30,11 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
+
+import msgspec
 
 from ..clock import Clock
 from ..core import calendar
@@ -48,22 +50,28 @@ class DueTime(NamedTuple):
     due: datetime
 
 
-class _Calendar(NamedTuple):
-    """What a Schedule is planned on; ``generation`` tells its heap entries from stale ones;
-    ``resumes``: the end of its hold, when it is held until an instant (planned from it)."""
+class _Calendar(msgspec.Struct, frozen=True, order=True, gc=False):
+    """What a Schedule is planned on: shared by the Schedules planned on the same one."""
 
-    generation: int
     cron: str
     timezone: str
-    resumes: datetime | None = None
 
 
-class _Next(NamedTuple):
-    """A heap entry: a Schedule's next due time (ordered by it)."""
+class _Next(msgspec.Struct, frozen=True, order=True, gc=False):
+    """A Schedule's plan and its next due time: a heap entry, ordered by the due time.
 
-    due: datetime
+    The live one of each Schedule is also its entry in ``Ticker._current``, so a Schedule
+    costs one entry, not a plan and a heap entry (a million Schedules on a large platform;
+    ``gc=False``: nothing here can be in a reference cycle, so the garbage collector need
+    not walk them). ``generation`` tells a plan's entries from those of an earlier plan of
+    the same Schedule (stale: skipped when they come up); ``due`` is None for a plan with no
+    due time ahead (never in the heap).
+    """
+
+    due: datetime | None
     generation: int
     deployment_id: str
+    calendar: _Calendar
 
 
 class _Fallback(NamedTuple):
@@ -81,6 +89,9 @@ FireMany = Callable[[list[DueTime]], Awaitable[object]]
 FireObserver = Callable[[Sequence[DueTime]], None]
 """Told of the due times the ticker fires, just before it fires them (tests and benches
 count what each replica fired; the provider takes one as ``fire_observer``)."""
+Dues = dict[tuple[str, str, datetime], "tuple[datetime | None, _Calendar]"]
+"""First due times and the shared calendar, by (cron, time zone, instant after which), for
+one planning pass."""
 Check = Callable[[str, datetime], bool]
 """(deployment, due time) -> bool: whether this process owns it / whether its Run exists."""
 
@@ -90,6 +101,14 @@ end itself fires."""
 
 OWNER_GRACE_SECONDS = 3.0
 """How often the replicas that do not own a due time look whether its owner fired it."""
+COMPACT_SLACK = 1_024
+"""Stale heap entries (of changed or stopped plans) tolerated beyond one per planned
+Schedule before the heap is rebuilt from the live plans: it never grows past twice the
+Schedules planned, however often they change."""
+
+SHARED_CALENDARS = 20_000
+"""At most this many distinct calendars are shared between Schedules' plans."""
+
 OWNER_PATIENCE_SECONDS = 30.0
 """How long after a due time the others leave it to an owner that is still live: long
 enough for one replica's share of a 100,000 herd to be created (docs/benchmarks.md), short
@@ -123,7 +142,12 @@ class Ticker:
         """Looks at which a due time's owner was live and still had time: left to it."""
 
         self._heap: list[_Next] = []
-        self._current: dict[str, _Calendar] = {}
+        self._current: dict[str, _Next] = {}
+        """Each planned Schedule's live plan: the entry of its next due time."""
+        self._calendars: dict[_Calendar, _Calendar] = {}
+        self._resumes: dict[str, datetime] = {}
+        """The end of its hold, for each Schedule planned from one (held until an instant):
+        a few, kept apart so that the plans of a million others stay shared."""
         self._generation = 0
         self._wake = asyncio.Event()
         self._fires: set[asyncio.Task[None]] = set()
@@ -131,56 +155,104 @@ class Ticker:
         self._running = False
         self.fired = 0
 
-    def update(self, record: ScheduleRecord, after: datetime | None = None) -> None:
+    def update(self, record: ScheduleRecord, after: datetime | None = None, *,
+               dues: Dues | None = None) -> None:
         """Plan ``record`` again after a change (from the Schedule table's listener).
 
         ``after``: plan its first due time after this instant, not now (a replica plans
-        what it loaded from the instant it started)."""
+        what it loaded from the instant it started). ``dues``: first due times already
+        computed, by calendar and instant, shared by the calls of one pass (see
+        :meth:`plan_loaded`)."""
         known = self._current.get(record.deployment_id)
         resumes = record.resumes_at
         if not record.active and resumes is None:
             if known is not None:
                 del self._current[record.deployment_id]  # its heap entry becomes stale
+            self._resumes.pop(record.deployment_id, None)
             return
         start = after or self._clock.now()
-        if known is not None and (known.cron, known.timezone) == (record.cron, record.timezone):
-            if known.resumes == resumes:
+        if (known is not None and known.calendar.cron == record.cron
+                and known.calendar.timezone == record.timezone):
+            planned = self._resumes.get(record.deployment_id)
+            if planned == resumes:
                 return  # same calendar: keep the planned due time
-            if resumes is None and known.resumes is not None and known.resumes <= start:
+            if resumes is None and planned is not None and planned <= start:
                 # the hold lifted at its end (its release stored now): planned from it already
-                self._current[record.deployment_id] = known._replace(resumes=None)
+                del self._resumes[record.deployment_id]
                 return
         if resumes is not None:  # a due time at or after the hold's end fires
             start = max(start, resumes - _JUST_BEFORE)
-        self._plan(record.deployment_id, record.cron, record.timezone, start, resumes)
+        self._plan(record.deployment_id, record.cron, record.timezone, start, dues, resumes)
+
+    def plan_loaded(self, records: Iterable[ScheduleRecord], began: datetime,
+                    dues: Dues | None = None) -> None:
+        """Plan Schedules loaded at start, each from ``began`` or its last change if later:
+        as :meth:`update` each, with one calendar computation per calendar and instant (a
+        million loaded Schedules share a few thousand), not one per Schedule. ``dues``:
+        shared by the calls that plan one load in parts."""
+        dues = {} if dues is None else dues
+        for record in records:
+            self.update(record, max(began, record.updated_at), dues=dues)
 
     def _plan(self, deployment_id: str, cron: str, timezone: str, after: datetime,
-              resumes: datetime | None = None) -> None:
-        try:
-            due = calendar.next_due(cron, timezone, after)
-        except ValueError:
-            log.warning("schedule %s has an invalid calendar; not firing it", deployment_id)
-            self._current.pop(deployment_id, None)
-            return
+              dues: Dues | None = None, resumes: datetime | None = None) -> None:
+        key = (cron, timezone, after)
+        found = None if dues is None else dues.get(key)
+        if found is None:
+            try:
+                found = (calendar.next_due(cron, timezone, after),
+                         self._shared(cron, timezone))
+            except ValueError:
+                log.warning("schedule %s has an invalid calendar; not firing it",
+                            deployment_id)
+                self._current.pop(deployment_id, None)
+                self._resumes.pop(deployment_id, None)
+                return
+            if dues is not None:
+                dues[key] = found
+        if resumes is None:
+            self._resumes.pop(deployment_id, None)
+        else:
+            self._resumes[deployment_id] = resumes
+        due, plan = found
         self._generation += 1
-        self._current[deployment_id] = _Calendar(self._generation, cron, timezone, resumes)
+        entry = _Next(due, self._generation, deployment_id, plan)
+        self._current[deployment_id] = entry
         if due is not None:
-            heapq.heappush(self._heap, _Next(due, self._generation, deployment_id))
+            heapq.heappush(self._heap, entry)
+            self._compact()
         self._wake.set()
+
+    def _shared(self, cron: str, timezone: str) -> _Calendar:
+        made = _Calendar(cron, timezone)
+        found = self._calendars.get(made)
+        if found is None:
+            if len(self._calendars) < SHARED_CALENDARS:
+                self._calendars[made] = made
+            return made
+        return found
+
+    def _compact(self) -> None:
+        """Rebuild the heap from the live plans once stale entries outnumber them (each
+        change of a calendar leaves its old entry behind until its due time comes up)."""
+        if len(self._heap) > 2 * len(self._current) + COMPACT_SLACK:
+            self._heap = [e for e in self._current.values() if e.due is not None]
+            heapq.heapify(self._heap)
 
     def next_due(self, deployment_id: str) -> datetime | None:
         """The planned next due time of one Schedule (for status views)."""
         known = self._current.get(deployment_id)
-        if known is None:
-            return None
-        for entry in self._heap:
-            if entry.deployment_id == deployment_id and entry.generation == known.generation:
-                return entry.due
-        return None
+        return None if known is None else known.due
 
     @property
     def planned(self) -> int:
         return len(self._current)
+
+    @property
+    def heap_entries(self) -> int:
+        """Entries in the heap, stale ones included (at most twice :attr:`planned`, plus a
+        constant: see ``COMPACT_SLACK``)."""
+        return len(self._heap)
 
     async def run(self) -> None:
         """Fire due times until cancelled."""
@@ -215,8 +287,7 @@ class Ticker:
     def _drop_stale(self) -> None:
         while self._heap:
             first = self._heap[0]
-            known = self._current.get(first.deployment_id)
-            if known is not None and known.generation == first.generation:
+            if self._current.get(first.deployment_id) is first:
                 return
             heapq.heappop(self._heap)
 
@@ -237,20 +308,24 @@ class Ticker:
         next one planned from the due time (late wake-ups fire every one), the others'
         left to their owners for the grace."""
         due_now: list[DueTime] = []
-        while self._heap and self._heap[0].due <= now:
-            entry = heapq.heappop(self._heap)
-            known = self._current.get(entry.deployment_id)
-            if known is None or known.generation != entry.generation:
-                continue
-            if self._owns is None or self._owns(entry.deployment_id, entry.due):
-                due_now.append(DueTime(entry.deployment_id, entry.due))
+        heap = self._heap
+        while heap and heap[0].due <= now:  # type: ignore[operator]  # due: never None here
+            entry = heapq.heappop(heap)
+            due = entry.due
+            assert due is not None
+            if self._current.get(entry.deployment_id) is not entry:
+                continue  # stale: the Schedule stopped or was planned again
+            if self._owns is None or self._owns(entry.deployment_id, due):
+                due_now.append(DueTime(entry.deployment_id, due))
             else:
                 heapq.heappush(self._fallbacks, _Fallback(
-                    entry.due + self._grace, entry.generation, entry.deployment_id, entry.due))
-            following = calendar.next_due(known.cron, known.timezone, entry.due)
-            if following is not None:
-                heapq.heappush(self._heap,
-                               _Next(following, entry.generation, entry.deployment_id))
+                    due + self._grace, entry.generation, entry.deployment_id, due))
+            plan = entry.calendar
+            following = msgspec.structs.replace(
+                entry, due=calendar.next_due(plan.cron, plan.timezone, due))
+            self._current[entry.deployment_id] = following
+            if following.due is not None:
+                heapq.heappush(heap, following)
         return due_now
 
     def _fallbacks_due(self, now: datetime) -> list[DueTime]:

@@ -51,6 +51,7 @@ from ..seam import RunHandler, SchedulerUnavailable
 from ..settings import NatsSettings
 from ..tasks import cancel_and_wait
 from .auto_hold import AutoHold
+from .checkpointing import Checkpointing
 from .dispatcher import Dispatcher
 from .due_watch import DueWatch
 from .firing import Firing
@@ -62,7 +63,7 @@ from .memory import release_freed_memory
 from .metrics import Metrics
 from .outage_watch import OutageWatch
 from .retention import Retention
-from .ticker import FireObserver, Ticker
+from .ticker import Dues, FireObserver, Ticker
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +145,10 @@ class Runtime:
         self.retention = Retention(self.history, table, ledger, clock,
                                    interval=settings.retention_interval,
                                    owns=self.membership.owns)
+        self.checkpointing = Checkpointing(
+            ports.checkpoints, table, position=self._schedules_position,
+            ready=lambda: self.ready, owns=self.membership.owns, clock=clock,
+            identity=identity)
         self.due_watch = DueWatch(table, ledger, self.history, clock, self.metrics,
                                   owns=self.membership.owns_due)
         """The due times that passed without a Run, counted once a minute (metrics)."""
@@ -232,9 +237,9 @@ class Runtime:
             if open_runs[run_id].expires_at <= self._clock.now():
                 with contextlib.suppress(Exception):
                     await self.leases.forget(run_id)
-        # Last: its replay (one message per Schedule) goes on in the background, and the
-        # reads above must not queue behind 100,000 of them.
-        await self.followers[0].subscribe()
+        # The Schedule follower subscribes once the loops start (_become_ready): its replay
+        # (one message per Schedule) goes on in the background, and neither the reads above
+        # nor the rest of start() must queue behind a million of them.
 
     @property
     def ready(self) -> bool:
@@ -246,13 +251,12 @@ class Runtime:
 
         SchedulerUnavailable when the load fails, or makes no progress for
         ``READY_PATIENCE_SECONDS``: a caller is told, not kept waiting for ever."""
-        follower = self.followers[0] if self.followers else None
         progress = -1
         while not self._ready.is_set():
             if self._ready_failed is not None:
                 raise SchedulerUnavailable(
                     "the scheduler could not load its schedules; see the scheduler's log")
-            seen = follower.applied_seq if follower is not None else 0
+            seen = self._schedules_position()  # its feed is made again after a checkpoint
             if seen <= progress:
                 raise SchedulerUnavailable(
                     "the scheduler store is unavailable: loading the schedules timed out")
@@ -265,7 +269,15 @@ class Runtime:
         instant this process started, open the gate; then load each deployment's newest Run
         and the last day's Runs (the views' summaries)."""
         try:
+            end = await self.ports.retrying("could not read the schedules",
+                                            self.schedules.end_once)
+            after = await self.checkpointing.load(end)
+            if after is not None:  # the table holds every event up to it: the rest only
+                self.followers[0] = self.schedules.feed(
+                    self.table.apply, after=after,
+                    on_skip=lambda: self.metrics.event_skipped("schedules"))
             follower = self.followers[0]
+            await follower.subscribe()
             while True:
                 try:
                     await follower.caught_up(READY_PATIENCE_SECONDS)
@@ -280,12 +292,13 @@ class Runtime:
             self.due_watch.start_at(self.began)
             records = self.table.all()
             self.table.subscribe(ticker.update)  # changes from now on plan themselves
-            self.metrics.watch_schedules(records, self.table.subscribe)
+            self.metrics.watch_schedules(records, self.table.subscribe_changes)
             self._watch_holds(records)
+            dues: Dues = {}
             for start in range(0, len(records), PLAN_CHUNK):
-                for record in records[start:start + PLAN_CHUNK]:
-                    current = self.table.get(record.deployment_id) or record
-                    ticker.update(current, after=max(self.began, current.updated_at))
+                ticker.plan_loaded((self.table.get(r.deployment_id) or r
+                                    for r in records[start:start + PLAN_CHUNK]), self.began,
+                                   dues)
                 await asyncio.sleep(0)
         except asyncio.CancelledError:
             raise
@@ -345,6 +358,7 @@ class Runtime:
             asyncio.create_task(self._become_ready(self.ticker),
                                 name="schedule load and warm-up"),
             asyncio.create_task(self.retention.forever(), name="retention"),
+            asyncio.create_task(self.checkpointing.forever(), name="checkpoints"),
             asyncio.create_task(self.hold_ends.run(), name="hold ends"),
         ]
         if isinstance(self._clock, ServerClock):  # counted by the store's clock only

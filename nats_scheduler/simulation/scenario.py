@@ -201,16 +201,32 @@ class Scenario:
                 asyncio.get_running_loop().call_later(
                     rng.uniform(30.0, 600.0), lambda: asyncio.ensure_future(self._release(dep)))
             elif kind == "run_now":
-                await replica.call(provider.enqueue(EnqueueRequest(
-                    dep, Trigger.RUN_NOW, request_id=f"now-{rng.getrandbits(48)}")))
+                await self._enqueue(replica, EnqueueRequest(
+                    dep, Trigger.RUN_NOW, request_id=f"now-{rng.getrandbits(48)}"))
             elif kind == "replay":
                 runs = await replica.call(provider.list_runs(dep, limit=5))
                 if runs:
-                    await replica.call(provider.enqueue(EnqueueRequest(
+                    await self._enqueue(replica, EnqueueRequest(
                         dep, Trigger.REPLAY, replay_of=runs[0].run_id,
-                        request_id=f"replay-{rng.getrandbits(48)}")))
+                        request_id=f"replay-{rng.getrandbits(48)}"))
         except SchedulerError as exc:
             self.trace(f"astrabox {kind} {dep} refused: {type(exc).__name__}")
+
+    async def _enqueue(self, replica: Replica, request: EnqueueRequest) -> None:
+        """AstraBox's request, and at once the same again at another live replica (a retry
+        after a time-out): one ``request_id``, so one Run between the two calls."""
+        others = [r for r in self.cluster.running if r is not replica
+                  and r.resumed is not None and r.resumed.is_set()]
+        callers = [replica, *others[:1]]
+        outcomes = await asyncio.gather(
+            *(r.call(r.provider.enqueue(request)) for r in callers if r.provider is not None),
+            return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, SchedulerError):
+                raise outcome
+        refused = [o for o in outcomes if isinstance(o, SchedulerError)]
+        if refused:
+            raise refused[0]
 
     async def _release(self, dep: str) -> None:
         replica = self._live()

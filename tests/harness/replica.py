@@ -30,7 +30,8 @@ event ``{"event": "ready" | "stopped", ...}``. Commands run concurrently. Operat
 - ``create_unclaimed`` ``deployment, request_id``: store a Run now Run WITHOUT dispatching it,
   as a process that dies right after the create would leave it -> ``run``
 - ``get_run`` ``run_id`` -> ``run``; ``list_runs`` ``deployment, limit=1000`` -> ``runs``
-- ``status`` -> identity, Runs in flight, the due times its ticker fired, fire-loop figures
+- ``status`` -> identity, Runs in flight, the due times its ticker fired, fire-loop figures,
+  the Schedules planned and the replicas it counts live
 - ``step_clock`` ``seconds``: step this replica's clock (an :class:`~.clocks.OffsetClock`,
   ``--clock-offset`` at start) forward or back -> ``offset`` (seconds)
 - ``stall`` ``seconds``: block the event loop with ``time.sleep`` (a GC pause, a CPU-starved
@@ -267,11 +268,14 @@ class Replica:
 
     async def op_status(self, _cmd: dict[str, Any]) -> dict[str, Any]:
         dispatcher, ticker = self.provider.dispatcher, self.provider.ticker
+        runtime = self.provider.runtime
         return {
             "identity": self.provider.identity,
             "in_flight": dispatcher.in_flight if dispatcher else [],
             "fired": ticker.fired if ticker else 0,
             "left_to_owner": ticker.left_to_owner if ticker else 0,
+            "planned": ticker.planned if ticker else 0,
+            "live_replicas": runtime.live_replicas() if runtime else 0,
             "ticker_fires": self.provider.ticker_fires,
             "stale_fires": self.provider.stale_fires,
             "loop": self.loop.figures() if self.loop else None,

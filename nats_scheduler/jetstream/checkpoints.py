@@ -1,0 +1,209 @@
+"""Checkpoints of the Schedule table: a starting replica loads one instead of a million events.
+
+A replica's start-up replays the last event of every Schedule, one message each: at a
+million Schedules that is a million messages through the client (15-30 s on a small
+machine, however little each costs to apply; docs/benchmarks.md, "A million Schedules").
+A checkpoint holds the whole table in a few hundred large messages: every Schedule's record
+and the sequence of the event it came from, as of sequence ``S`` of the Schedule events. A
+starting replica loads it, then follows the Schedule events from ``S + 1``: each Schedule's
+newest event wins by its sequence, so the table is exactly what the replay would have
+built (the records a checkpoint holds ARE stored events; those newer than ``S``, a writer's
+own changes taken into its table before its follower delivered them, are delivered again
+and ignored as not newer).
+
+It is a cache, never the authority. One replica writes one now and then
+(``runtime/checkpointing.py``); a replica reads one only at start, and any doubt means the
+full replay, as before checkpoints: none written yet, a part missing or undecodable, a
+Schedule stream that is not the one it was taken from, more events since it than it holds
+Schedules. Layout (``names.py``), one stream ``P_CHECKPOINTS``:
+
+    P.checkpoint.head        one JSON message per checkpoint written (the newest counts):
+                             its id, ``S``, its parts and Schedules, who wrote it and when
+    P.checkpoint.part.<id>   its parts, in order: MessagePack arrays of rows
+
+The parts are written first, then the head, appended expecting the head the writer read
+(``Nats-Expected-Last-Subject-Sequence``): of two replicas writing at once one wins, and
+the other purges its parts. The winner purges every part stored before its own (older
+checkpoints, and what a writer that died half-way left) and the older heads; the stream's
+``max_age`` is the backstop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import datetime
+from typing import Protocol
+
+import msgspec
+
+from ..core.events import ScheduleRecord
+from ..names import Names, checkpoint_msg_id
+from ..ports.checkpoints import (
+    SCHEMA,
+    CheckpointHead,
+    CheckpointRow,
+    CheckpointUnusable,
+    Entry,
+)
+from .errors import Conflict
+from .event_store import StoredMessage
+
+log = logging.getLogger(__name__)
+
+PART_BYTES = 256 * 1024
+"""About this many bytes of rows per part (a part is one message: well under the server's
+max payload, as a Schedule's own event is)."""
+
+PART_ROWS = 5_000
+"""At most this many rows per part."""
+
+ROW_FRAME_BYTES = 64
+"""More than a row's MessagePack takes besides its texts: sequence, flags, numbers, time."""
+
+
+class CheckpointStore(Protocol):
+    """What checkpoints need of the store (the runtime's ``Store``)."""
+
+    @property
+    def names(self) -> Names: ...
+
+    async def publish(self, subject: str, data: bytes, *, msg_id: str) -> int: ...
+
+    async def append(self, subject: str, data: bytes, *, expected_seq: int, msg_id: str,
+                     retry_seconds: float | None = None) -> tuple[int, bool]: ...
+
+    async def last(self, subject: str, stream: str | None = None) -> StoredMessage | None: ...
+
+    async def next(self, subject: str, from_seq: int = 1) -> StoredMessage | None: ...
+
+    async def purge_subject(self, stream: str, subject: str, *,
+                            before_seq: int | None = None) -> None: ...
+
+    async def created(self, stream: str) -> str: ...
+
+
+_encode_head = msgspec.json.Encoder().encode
+_decode_head = msgspec.json.Decoder(CheckpointHead).decode
+_encode_rows = msgspec.msgpack.Encoder().encode
+_decode_rows = msgspec.msgpack.Decoder(list[CheckpointRow]).decode
+
+
+def _row_bytes(record: ScheduleRecord) -> int:
+    """About what a record takes as a row (texts as UTF-8 take at most 4 bytes a char)."""
+    payload = record.payload
+    chars = (len(record.deployment_id) + len(record.cron) + len(record.timezone)
+             + len(payload.target) + len(payload.prompt)
+             + (0 if record.name == record.deployment_id else len(record.name)))
+    return ROW_FRAME_BYTES + 4 * chars
+
+
+def parts_of(entries: Sequence[Entry]) -> Iterator[list[CheckpointRow]]:
+    """The rows of ``entries`` cut into parts of at most ``PART_ROWS`` rows and about
+    ``PART_BYTES`` (one row at least), made as they are taken: a million rows are never
+    held at once."""
+    part: list[CheckpointRow] = []
+    size = 0
+    for entry in entries:
+        record = entry.record
+        row_size = _row_bytes(record)
+        if part and (len(part) >= PART_ROWS or size + row_size > PART_BYTES):
+            yield part
+            part, size = [], 0
+        part.append(CheckpointRow.of(entry.seq, record))
+        size += row_size
+    if part:
+        yield part
+
+
+class Checkpoints:
+    """The checkpoints port over the ``P_CHECKPOINTS`` stream (see the module docstring)."""
+
+    def __init__(self, store: CheckpointStore) -> None:
+        self._store = store
+        self._names = store.names
+
+    async def journal_created(self) -> str:
+        return await self._store.created(self._names.schedules_stream)
+
+    async def latest(self) -> tuple[int, CheckpointHead] | None:
+        """The newest checkpoint's head with its sequence, or None (none, or not ours)."""
+        last = await self._store.last(self._names.checkpoint_head_subject,
+                                      self._names.checkpoints_stream)
+        if last is None:
+            return None
+        try:
+            head = _decode_head(last.data)
+        except msgspec.DecodeError:
+            log.warning("the newest checkpoint's head is not one this scheduler reads")
+            return None
+        return (last.seq, head) if head.schema == SCHEMA else None
+
+    async def rows(self, head: CheckpointHead) -> AsyncIterator[list[CheckpointRow]]:
+        """Its rows, a part at a time, in order; CheckpointUnusable when a part is missing
+        or not decodable (the caller then replays the Schedule events instead)."""
+        subject = self._names.checkpoint_parts_subject(head.id)
+        seq, count = 1, 0
+        for _ in range(head.parts):
+            message = await self._store.next(subject, seq)
+            if message is None:
+                raise CheckpointUnusable(f"part {count + 1} of {head.parts} is missing")
+            try:
+                rows = _decode_rows(message.data)
+            except msgspec.DecodeError as exc:
+                raise CheckpointUnusable(f"part {count + 1} does not decode: {exc}") from None
+            count += len(rows)
+            seq = message.seq + 1
+            yield rows
+        if count != head.schedules:
+            raise CheckpointUnusable(f"{count} Schedules where its head says {head.schedules}")
+
+    async def write(self, entries: Sequence[Entry], *, schedules_seq: int,
+                    schedules_created: str, previous: int, by: str,
+                    now: datetime) -> CheckpointHead | None:
+        """Store ``entries`` (every Schedule of the table with its event's sequence, taken
+        when its follower had applied every event up to ``schedules_seq``) as the newest
+        checkpoint; None when another writer's head came after ``previous`` (the sequence of
+        the head this writer read, 0: none), and its own parts are purged again."""
+        checkpoint_id = secrets.token_hex(8)
+        subject = self._names.checkpoint_parts_subject(checkpoint_id)
+        first = parts = 0
+        try:
+            for part in parts_of(entries):
+                seq = await self._store.publish(subject, _encode_rows(part),
+                                                msg_id=checkpoint_msg_id(checkpoint_id, parts))
+                first, parts = first or seq, parts + 1
+                await asyncio.sleep(0)  # a part at a time: the event loop keeps answering
+            head = CheckpointHead(id=checkpoint_id, schedules_seq=schedules_seq,
+                                  schedules_created=schedules_created, parts=parts,
+                                  schedules=len(entries), written_at=now, by=by)
+            head_seq, _ = await self._store.append(
+                self._names.checkpoint_head_subject, _encode_head(head), expected_seq=previous,
+                msg_id=checkpoint_msg_id(checkpoint_id, None))
+        except BaseException as exc:
+            await self._forget(subject)
+            if isinstance(exc, Conflict):
+                return None  # another replica wrote one meanwhile: its checkpoint stands
+            raise
+        await self._drop_older(first, head_seq)
+        return head
+
+    async def _forget(self, subject: str) -> None:
+        try:
+            await self._store.purge_subject(self._names.checkpoints_stream, subject)
+        except Exception:
+            log.debug("could not purge the parts of an unfinished checkpoint", exc_info=True)
+
+    async def _drop_older(self, first_part: int, head_seq: int) -> None:
+        """Purge every part stored before this checkpoint's first, and the older heads."""
+        stream = self._names.checkpoints_stream
+        try:
+            if first_part:
+                await self._store.purge_subject(stream, self._names.checkpoint_parts_filter,
+                                                before_seq=first_part)
+            await self._store.purge_subject(stream, self._names.checkpoint_head_subject,
+                                            before_seq=head_seq)
+        except Exception:
+            log.debug("could not purge older checkpoints (their max age will)", exc_info=True)
