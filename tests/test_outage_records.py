@@ -94,3 +94,38 @@ async def test_a_replica_on_a_hand_moved_clock_records_nothing(nats_url: str) ->
     finally:
         await provider.stop()
     assert await records(nats_url, prefix) == []
+
+
+async def test_a_start_whose_first_requests_go_unanswered_still_records_the_outage(
+        nats_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replica busy loading a million Schedules when it joins saw its first requests time
+    out (bench/scale.py): the stream's creation and the record are asked again, and the
+    record is stored once (a lost answer of a stored record is read back, not doubled)."""
+    from nats_scheduler.runtime import outage_watch
+
+    monkeypatch.setattr(outage_watch, "BACKOFF_SECONDS", 0.05)
+    unanswered = {"ensure": 2, "append": 1}
+    real_ensure, real_append = OutageLog.ensure, OutageLog.append
+
+    async def ensure(self: OutageLog, *, warn: bool = True) -> bool:
+        if unanswered["ensure"]:
+            unanswered["ensure"] -= 1
+            return False
+        return await real_ensure(self, warn=warn)
+
+    async def append(self: OutageLog, *args: object, **kwargs: object) -> object:
+        if unanswered["append"]:
+            unanswered["append"] -= 1
+            raise TimeoutError
+        return await real_append(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    prefix = unique_prefix()
+    async with running(nats_url, prefix, identity="first") as first:
+        await settled(first)
+    monkeypatch.setattr(OutageLog, "ensure", ensure)
+    monkeypatch.setattr(OutageLog, "append", append)
+    async with running(nats_url, prefix, identity="second") as second:
+        await settled(second)
+    assert unanswered == {"ensure": 0, "append": 0}
+    found = await records(nats_url, prefix)
+    assert [r.event.actor for r in found] == ["second"]

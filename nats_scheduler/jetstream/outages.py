@@ -109,11 +109,13 @@ class OutageLog:
 
     # ------------------------------------------------------------------ the stream
 
-    async def ensure(self) -> bool:
-        """Create the stream, or bring its age limit to the retention; False when refused.
+    async def ensure(self, *, warn: bool = True) -> bool:
+        """Create the stream, or bring its age limit to the retention; False when refused
+        or unanswered in time.
 
-        Asked once, briefly: an installation whose permissions predate the stream still
-        runs, without outage records (a warning says what to allow)."""
+        Asked briefly: an installation whose permissions predate the stream still runs,
+        without outage records (a warning says what to allow, unless ``warn`` is False: the
+        caller asks again, for a busy process's own loop is not answered in time either)."""
         js = self._store.js
         wanted = stream_config(self._names, self._store.settings)
         try:
@@ -128,10 +130,12 @@ class OutageLog:
                     await js.update_stream(replace(info.config, max_age=wanted.max_age,
                                                    duplicate_window=wanted.duplicate_window))
         except Exception as exc:
-            log.warning("outages are not recorded: the store refused the stream %s (%s); "
-                        "allow the scheduler to create and read it (docs/configuration.md) "
-                        "so that due times skipped while no replica ran are explained",
-                        self._names.outages_stream, exc or type(exc).__name__)
+            if warn:
+                log.warning("outages are not recorded: the store refused the stream %s or "
+                            "did not answer (%s); allow the scheduler to create and read it "
+                            "(docs/configuration.md) so that due times skipped while no "
+                            "replica ran are explained", self._names.outages_stream,
+                            str(exc) or type(exc).__name__)
             return False
         return True
 

@@ -44,6 +44,15 @@ SETTLE_SECONDS = 4.0
 RACES = 3
 """Times a replica decides again after another one appended a record first."""
 
+ATTEMPTS = 5
+"""Times a start asks for the stream, and tries to record, before it gives up: 1, 2, 4 and
+8 s apart. At a million Schedules the replica's own event loop is busy loading them when it
+joins, and its first requests were not answered within their time-outs: asked once, the
+start recorded nothing (bench/scale.py logged it)."""
+
+BACKOFF_SECONDS = 1.0
+"""The first wait between attempts; each next one doubles."""
+
 ESTIMATE_PATIENCE = 30.0
 """Seconds a start waits for a fresh estimate of the store's clock before giving up."""
 
@@ -122,19 +131,20 @@ class OutageWatch:
                 or not isinstance(self._clock, ServerClock)):
             return None
         # at once: outages are recorded from the stream's creation on (the account's floor)
-        if not await self._log.ensure():
-            return None
+        for attempt in range(ATTEMPTS):
+            last = attempt == ATTEMPTS - 1
+            if await self._log.ensure(warn=last):
+                break
+            if last:
+                return None
+            await sleep_for(self._clock, BACKOFF_SECONDS * 2 ** attempt)
         await sleep_for(self._clock, SETTLE_SECONDS)
         began = await self._began(began_mark)
         if began is None:
             log.warning("this start records no outage: no estimate of the store's clock in "
                         "%.0f s (the presence beat stored nothing)", ESTIMATE_PATIENCE)
             return None
-        try:
-            outage = await self._record(began)
-        except Exception as exc:
-            log.warning("could not record the outage before this start (%s)", exc)
-            return None
+        outage = await self._record_patiently(began)
         if outage is not None:
             self.recorded = outage
             skipped = skipped_during(self._table.all(), outage)
@@ -143,6 +153,21 @@ class OutageWatch:
                         "skipped, recorded", outage.start.isoformat(), began.isoformat(),
                         outage.evidence, skipped)
         return outage
+
+    async def _record_patiently(self, began: datetime) -> Outage | None:
+        """:meth:`_record`, asked again on a failure (a time-out of a busy loop): safe, for a
+        record that was stored although its answer was lost is read back by the next try,
+        which then finds the outage recorded."""
+        for attempt in range(ATTEMPTS):
+            try:
+                return await self._record(began)
+            except Exception as exc:
+                if attempt == ATTEMPTS - 1:
+                    log.warning("could not record the outage before this start (%s)",
+                                str(exc) or type(exc).__name__)
+                    return None
+                await sleep_for(self._clock, BACKOFF_SECONDS * 2 ** attempt)
+        return None
 
     async def _record(self, began: datetime) -> Outage | None:
         assert self._signs is not None
