@@ -47,7 +47,7 @@ from ..ports.replicas import Members
 from ..projections.ledger import Ledger
 from ..projections.reads import RunReads, load_ledger, load_newest, load_recent
 from ..projections.schedule_table import ScheduleTable
-from ..seam import RunHandler, SchedulerUnavailable
+from ..seam import RunHandler, SchedulerConfigurationError, SchedulerUnavailable
 from ..settings import NatsSettings
 from ..tasks import cancel_and_wait
 from .auto_hold import AutoHold
@@ -69,6 +69,12 @@ log = logging.getLogger(__name__)
 
 ADMIN_STOP_SECONDS = 2.0
 """How long ``stop`` waits for the admin service to unsubscribe before going on."""
+
+SUBSCRIBE_BACKOFF_FIRST = 1.0
+"""The first wait before asking again to follow the Schedules; each next one doubles."""
+
+SUBSCRIBE_BACKOFF_MAX = 30.0
+"""The longest wait between two attempts to follow the Schedules."""
 
 READY_PATIENCE_SECONDS = 30.0
 """How long a caller waits for the Schedule table without the load making any progress
@@ -277,7 +283,7 @@ class Runtime:
                     self.table.apply, after=after,
                     on_skip=lambda: self.metrics.event_skipped("schedules"))
             follower = self.followers[0]
-            await follower.subscribe()
+            await self._subscribe_patiently(follower)
             while True:
                 try:
                     await follower.caught_up(READY_PATIENCE_SECONDS)
@@ -309,6 +315,24 @@ class Runtime:
         self._ready.set()
         log.info("schedules loaded: %d (%d planned)", len(records), ticker.planned)
         await self._warm_up()
+
+    @staticmethod
+    async def _subscribe_patiently(follower: Feed) -> None:
+        """Follow the Schedules, asking again (1 s, doubling to 30 s) while the store does not
+        answer: a consumer created under load once took more than its 30 s, and a replica
+        that gave up then never fired at all. Configuration errors are not retried."""
+        wait = SUBSCRIBE_BACKOFF_FIRST
+        while True:
+            try:
+                await follower.subscribe()
+                return
+            except (SchedulerConfigurationError, asyncio.CancelledError):
+                raise
+            except Exception as exc:
+                log.warning("could not follow the schedules yet (%s); asking again in %.0f s",
+                            str(exc) or type(exc).__name__, wait)
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, SUBSCRIBE_BACKOFF_MAX)
 
     def _watch_holds(self, records: list[ScheduleRecord]) -> None:
         """Holds that end (their releases) and, when on, holds after repeated failures."""
