@@ -26,6 +26,10 @@ FOUND = {
     817: OUTAGE_TAKEOVER,
     893: "a page of the history read while the store was down failed as the store's own "
          "error instead of SchedulerUnavailable (memory/history.py: reads retried)",
+    307: "a replica starting at a minute boundary, its host clock stepped, closed the lease "
+         "key a live replica had just opened for a Run it was storing (the start-up's clean-up "
+         "of keys never stored judged their expiry by its own clock): another replica took "
+         "the Run from its live holder",
     914: OUTAGE_TAKEOVER,
     996: OUTAGE_TAKEOVER,
 }
