@@ -11,16 +11,19 @@ at once one checkpoint wins and the other's parts are gone.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 import msgspec
 import pytest
 
 from nats_scheduler.admin.reader import last_per_subject
+from nats_scheduler.clock import ManualClock
 from nats_scheduler.core.events import decode_schedule_event
 from nats_scheduler.jetstream.checkpoints import Checkpoints
+from nats_scheduler.projections.schedule_table import ScheduleTable
 from nats_scheduler.provider import NatsSchedulerProvider
-from nats_scheduler.runtime.checkpointing import BEHIND_SHARE
+from nats_scheduler.runtime.checkpointing import BEHIND_SHARE, Checkpointing
 from nats_scheduler.seam import RunPayload, Schedule
 from tests.harness.servers import connect_fast, unique_prefix
 from tests.providers import running
@@ -172,3 +175,26 @@ async def test_of_two_replicas_writing_at_once_one_checkpoint_stands(nats_url: s
         assert set(now_held) == {f"{prefix}.checkpoint.head",
                                  f"{prefix}.checkpoint.part.{newest[1].id}"}
         assert now_held[f"{prefix}.checkpoint.head"] == 1
+
+
+async def test_the_checkpoint_loop_waits_on_any_clock_the_provider_takes() -> None:
+    """The loop waits with ``sleep_for``: a ManualClock (tests, benches, an embedding host)
+    has no ``sleep`` of its own, and the loop's task died with AttributeError on it."""
+    clock = ManualClock(datetime(2031, 1, 1, tzinfo=UTC))
+    looks: list[str] = []
+
+    def owns(job: str) -> bool:
+        looks.append(job)
+        return False
+
+    loop = Checkpointing(None, ScheduleTable(), position=lambda: 0, ready=lambda: True,
+                         owns=owns, clock=clock, identity="x")
+    task = asyncio.create_task(loop.forever(interval=60.0))
+    try:
+        for _ in range(3):
+            await asyncio.sleep(0.01)
+            clock.advance(61.0)
+        await asyncio.sleep(0.01)
+        assert not task.done(), task.exception() if task.done() else None
+    finally:
+        task.cancel()

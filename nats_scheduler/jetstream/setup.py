@@ -130,7 +130,7 @@ async def ensure_checkpoints(js: JetStreamContext, names: Names,
     except Exception as exc:
         log.warning("the store has no checkpoints of the Schedule table for this scheduler "
                     "(%s); replicas start by reading every Schedule (allow the scheduler "
-                    "the stream %s, see docs/configuration.md)", exc or type(exc).__name__,
+                    "the stream %s, see docs/configuration.md)", str(exc) or type(exc).__name__,
                     names.checkpoints_stream)
         return False
     return True

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable
 from datetime import timedelta
 
-from ..clock import Clock
+from ..clock import Clock, sleep_for
 from ..ports.checkpoints import TableCheckpoints
 from ..projections.schedule_table import ScheduleTable
 
@@ -96,7 +96,7 @@ class Checkpointing:
                 await asyncio.sleep(0)
         except Exception as exc:  # CheckpointUnusable, or the store's trouble
             log.warning("could not load the newest checkpoint of the Schedules (%s); "
-                        "reading every Schedule instead", exc or type(exc).__name__)
+                        "reading every Schedule instead", str(exc) or type(exc).__name__)
             return None
         self.loaded = loaded
         return head.schedules_seq
@@ -105,7 +105,7 @@ class Checkpointing:
         """Every ``interval`` seconds: write a checkpoint if this replica owns the job and
         one is due (a failure is logged; the next look tries again)."""
         while True:
-            await self._clock.sleep(interval)
+            await sleep_for(self._clock, interval)
             if not (self.enabled and self._checkpoints is not None and self._ready()
                     and self._owns(JOB)):
                 continue

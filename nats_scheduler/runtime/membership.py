@@ -107,7 +107,7 @@ class Membership:
             log.warning("could not join the live replicas yet (%s); trying again. Meanwhile "
                         "this replica fires what it owned by the last membership it saw, and "
                         "the others' due times only once their owner's patience has passed",
-                        exc or type(exc).__name__)
+                        str(exc) or type(exc).__name__)
         self._refused = refused
 
     async def leave(self) -> None:
