@@ -8,11 +8,14 @@ ID with the ledger) must not change any record, nor make the garbage collector w
 from __future__ import annotations
 
 import gc
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import msgspec
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from nats_scheduler.core.events import RunRecord, ScheduleRecord
+from nats_scheduler.core.events import Hold, RunRecord, ScheduleRecord
+from nats_scheduler.ports.checkpoints import CheckpointRow
 from nats_scheduler.projections.ledger import Ledger
 from nats_scheduler.projections.schedule_table import ScheduleTable
 from nats_scheduler.seam import RunPayload, RunState, Schedule, Trigger
@@ -112,3 +115,49 @@ def test_in_order_lists_every_schedule_by_id_and_keeps_up_with_new_ones() -> Non
     assert list(table.in_order(after="e")) == []
     first = next(iter(table.in_order()))
     assert first.deployment_id == "a" and not first.enabled, "the current record"
+
+
+_rows = st.lists(st.tuples(
+    st.integers(1, 40),                       # the event's position
+    st.sampled_from(["a", "b", "c", "d"]),    # the deployment
+    st.sampled_from([None, "a", "named"]),   # its name (None: the ID)
+    st.sampled_from(["0 3 * * *", "*/5 * * * *"]),
+    st.booleans(), st.booleans(),             # enabled, deleted
+    st.sampled_from(["p", "q"]),              # the prompt
+    st.integers(0, 3),                        # the stamp, in minutes after NOW
+    st.booleans(),                            # held
+), max_size=30)
+
+
+@given(first=_rows, second=_rows)
+@settings(max_examples=150, deadline=None)
+def test_a_bulk_load_of_rows_builds_what_applying_their_records_builds(
+        first: list[tuple[object, ...]], second: list[tuple[object, ...]]) -> None:
+    """The start-up's bulk load of a checkpoint (``load_rows``) is a shortcut of applying each
+    row's record: the same entries, counts and order, also over a table holding Schedules
+    already, rows out of order and repeated, and listeners told of every record taken."""
+    def rows(drawn: list[tuple[object, ...]]) -> list[CheckpointRow]:
+        made = [CheckpointRow(
+            seq, dep, name, cron, "Europe/Paris", enabled, "agent:x", prompt, 1, deleted,
+            NOW + timedelta(minutes=minutes),
+            Hold(by="op", reason="r", at=NOW) if held else None)
+            for seq, dep, name, cron, enabled, deleted, prompt, minutes, held in drawn]
+        # decoded, as a checkpoint's part is: each row with its own copies of every value
+        return msgspec.json.decode(msgspec.json.encode(made), type=list[CheckpointRow])
+
+    applied, loaded = ScheduleTable(), ScheduleTable()
+    told: dict[str, list[tuple[ScheduleRecord | None, ScheduleRecord]]] = {
+        "applied": [], "loaded": []}
+    for name, table in (("applied", applied), ("loaded", loaded)):
+        table.subscribe_changes(lambda old, new, into=told[name]: into.append((old, new)))
+        for row in rows(first):  # a table that holds Schedules already (the follower's)
+            table.apply(row.seq, row.record())
+    taken = sum(applied.apply(row.seq, row.record()) for row in rows(second))
+    assert loaded.load_rows(rows(second)) == taken
+    assert loaded.entries() == applied.entries()
+    assert loaded.enabled_count() == applied.enabled_count()
+    assert list(loaded.in_order()) == list(applied.in_order())
+    assert told["loaded"] == told["applied"]
+    for entry in loaded.entries():  # one copy of each value, kept by the table's pools
+        assert entry.record.deployment_id is loaded.shared_id(entry.record.deployment_id)
+        assert not gc.is_tracked(entry.record)

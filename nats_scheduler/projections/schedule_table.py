@@ -15,12 +15,14 @@ was decoded with.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import TypeVar
 
 import msgspec
 
 from ..core.events import ScheduleRecord
+from ..ports.checkpoints import CheckpointRow
+from ..seam import RunPayload
 
 Listener = Callable[[ScheduleRecord], None]
 ChangeListener = Callable[[ScheduleRecord | None, ScheduleRecord], None]
@@ -57,6 +59,20 @@ class _Pool:
             return value
         return found  # type: ignore[return-value]
 
+    def sharer(self) -> Callable[[_H], _H]:
+        """:meth:`share` as one function for a bulk load (no method lookup per value)."""
+        values, get = self._values, self._values.get
+
+        def share(value: _H) -> _H:
+            found = get(value)
+            if found is None:
+                if len(values) < SHARED_TEXTS:
+                    values[value] = value
+                return value
+            return found  # type: ignore[no-any-return]
+
+        return share
+
 
 class ScheduleTable:
     """Latest state of every Schedule ever applied (deleted ones included)."""
@@ -86,7 +102,44 @@ class ScheduleTable:
         known = self._entries.get(record.deployment_id)
         if known is not None and known.seq >= seq:
             return False
-        record = self._shared(record, known)
+        self._take(seq, self._shared(record, known), known)
+        return True
+
+    def load_rows(self, rows: Iterable[CheckpointRow]) -> int:
+        """Take a checkpoint's rows (a start-up's bulk load): as :meth:`apply` of each row's
+        record, but built with the shared values at once, not built then rebuilt shared; the
+        rows taken.
+
+        A million rows at a start: building each record twice and looking its values up in
+        the pools through method calls was 5 us a row, half of a restart's readiness."""
+        entries, taken = self._entries, 0
+        text, payload_of, instant = (self._texts.sharer(), self._payloads.sharer(),
+                                     self._instants.sharer())
+        stamp = shared_stamp = None  # rows come in runs of one instant (a reconcile's)
+        for row in rows:
+            deployment_id = row.deployment_id
+            known = entries.get(deployment_id)
+            if known is not None:
+                if known.seq >= row.seq:
+                    continue
+                deployment_id = known.record.deployment_id
+            name = row.name
+            if row.updated_at != stamp:  # an equal time compares cheaper than it hashes
+                stamp = row.updated_at
+                shared_stamp = instant(stamp)
+            record = ScheduleRecord(
+                deployment_id=deployment_id,
+                name=deployment_id if name is None or name == deployment_id else name,
+                cron=text(row.cron), timezone=text(row.timezone), enabled=row.enabled,
+                payload=payload_of(RunPayload(text(row.target), row.prompt)),
+                version=row.version, deleted=row.deleted, hold=row.hold,
+                updated_at=shared_stamp)
+            self._take(row.seq, record, known)
+            taken += 1
+        return taken
+
+    def _take(self, seq: int, record: ScheduleRecord, known: TableEntry | None) -> None:
+        """Hold ``record`` (its values shared) in place of ``known``; tell the listeners."""
         self._entries[record.deployment_id] = TableEntry(seq, record)  # the key: its own ID
         if known is None and self._ordered is not None:
             self._ordered.append(record.deployment_id)
@@ -97,7 +150,6 @@ class ScheduleTable:
             listener(record)
         for change in self._change_listeners:
             change(previous, record)
-        return True
 
     def _shared(self, record: ScheduleRecord, known: TableEntry | None) -> ScheduleRecord:
         """``record`` with the values many Schedules repeat (calendar, time zone, target,

@@ -90,8 +90,7 @@ class Checkpointing:
                 return None  # more events since it than it holds: replaying costs less
             table, loaded = self._table, 0
             async for rows in checkpoints.rows(head):
-                for row in rows:
-                    table.apply(row.seq, row.record())
+                table.load_rows(rows)
                 loaded += len(rows)
                 await asyncio.sleep(0)
         except Exception as exc:  # CheckpointUnusable, or the store's trouble
