@@ -246,6 +246,13 @@ class NatsSchedulerProvider:
         await running.until_ready()
         return running
 
+    async def _require_table(self) -> Runtime:
+        """The running parts once the Schedule table holds every Schedule: what Schedule
+        changes decide on (the rest of the start-up, for firing, may still be going on)."""
+        running = self._require_started()
+        await running.until_table_loaded()
+        return running
+
     async def until_ready(self) -> None:
         """Wait until this process has loaded every Schedule (``start`` returns before).
 
@@ -266,17 +273,27 @@ class NatsSchedulerProvider:
         As one ``apply`` per Schedule then one ``delete`` per Schedule missing, but decided
         in one pass on the Schedule table once one leader read proves it current
         (:mod:`runtime.freshness`): unchanged Schedules cost no write and no read, the
-        changes are stored pipelined. The whole list is checked first (definitions, sizes,
-        capacity), so a refused list writes nothing.
+        changes are stored pipelined. The whole list is checked before anything is written
+        (definitions, sizes, capacity), so a refused list writes nothing; a Schedule equal to
+        its stored definition is not checked again (it was when it was stored).
+
+        It waits for the Schedule table only, not for the rest of the start-up (joining the
+        replicas, planning every Schedule): AstraBox's restart is not kept waiting for
+        what only firing needs (:meth:`Runtime.until_table_loaded`).
         """
-        running = await self._require_ready()
+        running = await self._require_table()
         wanted = list(schedules)
-        given = validation.check_reconcile(wanted)
+        given = validation.check_unique(wanted)
         limit = validation.max_schedule_event_bytes(running.ports.max_payload)
-        for schedule in wanted:
+
+        def check(schedule: Schedule) -> None:
+            validation.check_schedule(schedule)
             self._check_size(schedule, limit)
+
         proven = await running.freshness.confirm(since=asyncio.get_running_loop().time())
         if proven is None:  # the table could not be proven current: decide on the leader's
+            for schedule in wanted:  # every one checked before the first write
+                check(schedule)
             for schedule in wanted:
                 await self.apply(schedule)
             for record in self._table.live():
@@ -286,7 +303,7 @@ class NatsSchedulerProvider:
         planned = schedulecore.plan_reconcile(
             wanted, self._table.get_with_seq, self._table.live(),
             enabled=self._table.enabled_count(), cap=self.settings.max_active_schedules,
-            now=self._now(), actor=self._identity, given=given)
+            now=self._now(), actor=self._identity, given=given, check=check)
         by_id: dict[str, Schedule] = {}  # built only if a change must be decided again
 
         def redecide(item: schedulecore.PlannedWrite) -> ScheduleDecision:
@@ -308,7 +325,7 @@ class NatsSchedulerProvider:
 
     async def apply(self, schedule: Schedule) -> None:
         """Create or replace a Schedule; durable (and visible to every replica) on return."""
-        running = await self._require_ready()
+        running = await self._require_table()
         validation.check_schedule(schedule)
         self._check_size(schedule,
                          validation.max_schedule_event_bytes(running.ports.max_payload))
@@ -335,7 +352,7 @@ class NatsSchedulerProvider:
 
     async def delete(self, deployment_id: str) -> None:
         """No further scheduled Runs; Runs already started continue; history stays."""
-        running = await self._require_ready()
+        running = await self._require_table()
         if not validation.usable_id(deployment_id):
             return  # an ID we could never have stored: deleting it is a no-op
         await running.schedules.write(deployment_id, self._delete_decision())
@@ -353,7 +370,7 @@ class NatsSchedulerProvider:
 
     async def _operator_change(self, deployment_id: str, decide_fn: schedulecore.OperatorDecision,
                                notes: schedulecore.OperatorNotes) -> ScheduleRecord:
-        running = await self._require_ready()
+        running = await self._require_table()
         validation.check_operator_action(notes["by"], notes["reason"], notes.get(
             "on_behalf_of"), until=notes.get("until"), now=self._now())
 

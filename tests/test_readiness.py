@@ -23,6 +23,7 @@ from nats_scheduler import ManualClock
 from nats_scheduler.admin.client import AdminClient
 from nats_scheduler.jetstream.follower import Follower
 from nats_scheduler.names import scheduled_run_id
+from nats_scheduler.runtime.membership import Membership
 from nats_scheduler.seam import RunPayload, Schedule
 from nats_scheduler.testing.handler import RecordingRunHandler
 from tests.harness.servers import connect_fast, unique_prefix
@@ -112,3 +113,44 @@ async def test_the_admin_service_waits_and_the_replica_says_it_is_loading(
                 assert all(r.ready for r in status.replicas)
             finally:
                 await nc.close()
+
+
+async def test_schedule_changes_are_decided_once_the_table_is_loaded_before_the_rest(
+    nats_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """AstraBox's reconcile at a restart waits for the Schedule table only: joining the
+    replicas and planning every Schedule (held open here) go on behind it, the replica is
+    not ready until they end, and what the reconcile changed is planned then, once."""
+    prefix = unique_prefix()
+    async with running(nats_url, prefix, clock=ManualClock(T0)) as loader:
+        await loader.reconcile([daily(f"dep-{i}") for i in range(20)])
+    joining = asyncio.Event()
+    original = Membership.join
+
+    async def join(self: Membership) -> None:
+        await joining.wait()
+        await original(self)
+
+    monkeypatch.setattr(Membership, "join", join)
+    clock, handler = ManualClock(T0), RecordingRunHandler()
+    async with running(nats_url, prefix, handler, clock=clock) as replica:
+        wanted = [daily(f"dep-{i}") for i in range(1, 20)]  # dep-0 deleted
+        wanted[0] = Schedule("dep-1", "dep-1", "0 11 * * *", "UTC", True,
+                             RunPayload("agent", "p"), 2)  # its calendar changed
+        wanted.append(daily("dep-new"))
+        await asyncio.wait_for(replica.reconcile(wanted), 30)
+        assert not replica.ready and replica.ticker is not None
+        assert replica.ticker.planned == 0, "nothing is planned before the replica joined"
+        stored = {r.deployment_id: r for r in replica.schedules.live()}
+        assert set(stored) == {s.deployment_id for s in wanted}
+        assert stored["dep-1"].cron == "0 11 * * *"
+        joining.set()
+        await asyncio.wait_for(replica.until_ready(), 30)
+        assert replica.ticker.planned == 20  # dep-0 gone, dep-new in
+        clock.set(DUE + timedelta(seconds=5))
+        await eventually(lambda: sum(replica.ledger.get(scheduled_run_id(s.deployment_id, DUE))
+                                     is not None for s in wanted) == 19, timeout=20)
+        await replica.wait_idle(timeout=30)
+        assert replica.ledger.get(scheduled_run_id("dep-1", DUE)) is None  # 11:00 now
+        assert replica.ledger.get(scheduled_run_id("dep-0", DUE)) is None  # deleted
+        assert sorted(handler.run_ids("dep-new")) == [scheduled_run_id("dep-new", DUE)]

@@ -128,6 +128,37 @@ async def test_a_bad_schedule_refuses_the_list_before_any_write(
     assert record is not None and record.payload.prompt == "p"
 
 
+async def test_a_change_is_checked_and_an_unchanged_schedule_is_not_checked_again(
+    provider: NatsSchedulerProvider,
+) -> None:
+    """A stored Schedule given unchanged was checked when it was stored: a restart's
+    reconcile of a million does not check each again. A change to it is checked: one bad
+    change among unchanged Schedules refuses the list, which writes nothing."""
+    wanted = [schedule(i) for i in range(30)]
+    await provider.reconcile(wanted)
+    before = await last_seq(provider)
+    bad_change = Schedule("dep-0007", "dep-0007", "61 * * * *", "UTC", True,
+                          RunPayload("agent", "p"), 2)
+    with pytest.raises(InvalidSchedule) as caught:
+        await provider.reconcile([*wanted[:7], bad_change, *wanted[8:]])
+    assert_clean(str(caught.value), echoed="dep-0007")
+    assert await last_seq(provider) == before
+    # Stored by an earlier release whose checks let it through (written here past them):
+    # given unchanged, it is accepted as it stands, and nothing is written.
+    assert provider.runtime is not None
+    legacy = Schedule("dep-legacy", "dep-legacy", "61 * * * *", "UTC", True,
+                      RunPayload("agent", "p"), 1)
+    await provider.runtime.schedules.write("dep-legacy", lambda current: schedulecore
+                                           .decide_apply(current, legacy, now=NOW, actor="old"))
+    before = await last_seq(provider)
+    await provider.reconcile([*wanted, legacy])
+    assert await last_seq(provider) == before
+    with pytest.raises(InvalidSchedule):  # a change to it is checked
+        await provider.reconcile([*wanted, Schedule(
+            "dep-legacy", "dep-legacy", "62 * * * *", "UTC", True, RunPayload("agent", "p"), 2)])
+    assert await last_seq(provider) == before
+
+
 async def test_capacity_refuses_the_list_before_any_write(
     provider: NatsSchedulerProvider,
 ) -> None:

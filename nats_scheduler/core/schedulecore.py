@@ -209,6 +209,7 @@ class PlannedWrite(msgspec.Struct, frozen=True, gc=False):
 def plan_reconcile(
     schedules: Sequence[Schedule], known: Known, live: Iterable[ScheduleRecord], *,
     enabled: int, cap: int, now: datetime, actor: str, given: AbstractSet[str] | None = None,
+    check: Callable[[Schedule], None] | None = None,
 ) -> list[PlannedWrite]:
     """What ``reconcile(schedules)`` writes, decided in one pass on a table proven current.
 
@@ -218,6 +219,10 @@ def plan_reconcile(
     the sequential one. Unchanged Schedules plan nothing. Raises before returning anything,
     so a refused list writes nothing. ``enabled``: the table's enabled Schedules.
     ``given``: the deployment IDs of ``schedules``, when the caller has them already.
+    ``check``: raises for a Schedule that cannot be stored (validation, size); called for
+    every Schedule but those equal to their stored definition, which was checked when it
+    was stored (a restart's reconcile of a million unchanged Schedules validated each again:
+    a second of its ten).
     """
     planned: list[PlannedWrite] = []
     wanted = {s.deployment_id for s in schedules} if given is None else given
@@ -225,6 +230,10 @@ def plan_reconcile(
         deployment_id = schedule.deployment_id
         entry = known(deployment_id)
         seq, current = (0, None) if entry is None else entry
+        if current is not None and _definition_equal(current, schedule):
+            continue  # unchanged: nothing to write, nothing to check again
+        if check is not None:
+            check(schedule)
         event = decide_apply(current, schedule, now=now, actor=actor)
         if event is None:
             continue

@@ -168,6 +168,9 @@ class Runtime:
         first due times count from here)."""
         self._began_mark: float | None = None
         self._ready = asyncio.Event()
+        self._table_loaded = asyncio.Event()
+        """Set once the Schedule table holds every stored Schedule: Schedule changes decide
+        on it from then on, while joining and planning (``_ready``) go on."""
         self.warmed = asyncio.Event()
         """Set once the warm-up after readiness (newest and recent Runs) has ended."""
         self._ready_failed: BaseException | None = None
@@ -253,12 +256,22 @@ class Runtime:
         return self._ready.is_set()
 
     async def until_ready(self) -> None:
-        """Wait for the Schedule table to load (at once when it has).
+        """Wait for the start-up to end: the Schedule table loaded, this replica joined and
+        every Schedule planned (at once when it has; what firing needs).
 
         SchedulerUnavailable when the load fails, or makes no progress for
         ``READY_PATIENCE_SECONDS``: a caller is told, not kept waiting for ever."""
+        await self._until(self._ready)
+
+    async def until_table_loaded(self) -> None:
+        """Wait for the Schedule table to hold every stored Schedule (what a Schedule change
+        decides on; before :meth:`until_ready`, which also waits for joining the replicas
+        and planning every Schedule, 3 s of a restart at a million). Raises as it does."""
+        await self._until(self._table_loaded)
+
+    async def _until(self, done: asyncio.Event) -> None:
         progress = -1
-        while not self._ready.is_set():
+        while not done.is_set():
             if self._ready_failed is not None:
                 raise SchedulerUnavailable(
                     "the scheduler could not load its schedules; see the scheduler's log")
@@ -268,7 +281,7 @@ class Runtime:
                     "the scheduler store is unavailable: loading the schedules timed out")
             progress = seen
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._ready.wait(), READY_PATIENCE_SECONDS)
+                await asyncio.wait_for(done.wait(), READY_PATIENCE_SECONDS)
 
     async def _become_ready(self, ticker: Ticker) -> None:
         """Wait for the Schedule table, join the live replicas, plan every Schedule from the
@@ -290,6 +303,7 @@ class Runtime:
                     break
                 except TimeoutError:
                     log.warning("loading the schedules makes no progress; still waiting")
+            self._table_loaded.set()
             await self.membership.join()
             self._correct_began()
             if self.membership.presence is not None and self.outages is not None:
