@@ -4,7 +4,8 @@
 Until it has, Schedule changes, firing and the admin service's answers wait, the replica
 says it is not ready (``replica.status``), and its ticker plans nothing. Once loaded, every
 Schedule is planned from the instant the process started, so a due time that passed during
-the load is fired, exactly once.
+the load is fired, exactly once. Schedule changes wait for the table only: once it is
+loaded they are decided while the replica joins and plans.
 
 The load is held open by the test (the Schedule follower's catch-up waits for an event the
 test sets) so that the due time falls inside the window deterministically; the server,

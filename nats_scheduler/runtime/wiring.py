@@ -17,7 +17,8 @@ Run), each deployment's newest Run, and from then on the new Run events only.
 Only the open Runs are read before ``start`` returns (the recovery sweep resumes them at
 once). The Schedule table loads in the background behind a readiness gate
 (:meth:`Runtime.until_ready`; docs/architecture.md, "Start-up and readiness"): Schedule
-changes, firing and the admin service wait for it, the ticker plans every Schedule from the
+changes wait for the table only (:meth:`Runtime.until_table_loaded`), firing and the admin
+service for the whole start-up; the ticker plans every Schedule from the
 instant this process started (so a due time that passed while it loaded fires, once), and
 the replica joins the live ones only then, so the others own every due time meanwhile.
 Each deployment's newest Run loads after that, for the views.
