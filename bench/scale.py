@@ -279,7 +279,7 @@ ROWS = (
     ("replay_s", "reference: raw replay of the Schedule subjects", "s"),
     ("start_s", "fresh process: start()", "s"),
     ("ready_s", "fresh process: ready (table loaded, planned)", "s"),
-    ("reconcile_after_start_s", "then reconcile unchanged (waits for ready)", "s"),
+    ("reconcile_after_start_s", "then reconcile unchanged (waits for the table)", "s"),
     ("reconcile_after_start_cpu_s", "  this process's CPU from start() on", "s"),
     ("reconcile_after_start_gc_s", "  of it in the garbage collector", "s"),
     ("reconcile_unchanged_s", "reconcile unchanged again, table loaded", "s"),

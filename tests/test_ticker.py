@@ -6,6 +6,8 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nats_scheduler.clock import ManualClock
 from nats_scheduler.core import calendar
@@ -207,3 +209,29 @@ async def test_changed_calendars_never_grow_the_heap_past_twice_the_schedules() 
         await h.settle()
         assert sorted(h.fired) == [(dep, datetime(2030, 3, 31, 5, 19, tzinfo=UTC))
                                    for dep in sorted(deps)]
+
+
+_CALENDARS = [("* * * * *", "UTC"), ("30 2 * * *", "Europe/Berlin"),
+              ("0,30 1-3 * * *", "America/New_York"), ("15 0 29 2 *", "Australia/Lord_Howe"),
+              ("0 0 31 2 *", "UTC")]  # the last: never due
+
+
+@given(st.lists(st.tuples(st.sampled_from(_CALENDARS),
+                          st.integers(0, 3 * 366 * 24 * 60)), max_size=60))
+@settings(max_examples=120, deadline=None)
+def test_the_remembered_first_due_time_is_the_calendars_own(
+        queries: list[tuple[tuple[str, str], int]]) -> None:
+    """The ticker remembers each calendar's last first due time (one computation for a
+    million Schedules planned as they arrive): for any instants, in any order, across
+    daylight-saving days and leap years, it answers what the calendar computes."""
+    ticker = Ticker(ManualClock(datetime(2030, 1, 1, tzinfo=UTC)), _never)
+    start = datetime(2030, 1, 1, tzinfo=UTC)
+    for (cron, tz), minutes in queries:
+        after = start + timedelta(minutes=minutes, seconds=minutes % 7 * 8.5)
+        assert ticker._next_due(cron, tz, after) == calendar.next_due(cron, tz, after)
+        nearby = after + timedelta(seconds=37)  # an instant just after, as arrivals are
+        assert ticker._next_due(cron, tz, nearby) == calendar.next_due(cron, tz, nearby)
+
+
+async def _never(deployment_id: str, due: datetime) -> None:
+    raise AssertionError("nothing fires here")

@@ -145,6 +145,10 @@ class Ticker:
         self._current: dict[str, _Next] = {}
         """Each planned Schedule's live plan: the entry of its next due time."""
         self._calendars: dict[_Calendar, _Calendar] = {}
+        self._recent: dict[tuple[str, str], tuple[datetime, datetime | None]] = {}
+        """Each calendar's last computed first due time and the instant it was computed
+        after: it is also the first due time after any later instant before it (a first load
+        of a million Schedules planned each as it arrived, one calendar computation each)."""
         self._resumes: dict[str, datetime] = {}
         """The end of its hold, for each Schedule planned from one (held until an instant):
         a few, kept apart so that the plans of a million others stay shared."""
@@ -200,8 +204,7 @@ class Ticker:
         found = None if dues is None else dues.get(key)
         if found is None:
             try:
-                found = (calendar.next_due(cron, timezone, after),
-                         self._shared(cron, timezone))
+                found = (self._next_due(cron, timezone, after), self._shared(cron, timezone))
             except ValueError:
                 log.warning("schedule %s has an invalid calendar; not firing it",
                             deployment_id)
@@ -222,6 +225,21 @@ class Ticker:
             heapq.heappush(self._heap, entry)
             self._compact()
         self._wake.set()
+
+    def _next_due(self, cron: str, timezone: str, after: datetime) -> datetime | None:
+        """``calendar.next_due``, remembered per calendar: the first due time after ``a``
+        is the first after every instant from ``a`` up to it (or None after ``a``: none
+        after any later instant either)."""
+        key = (cron, timezone)
+        recent = self._recent.get(key)
+        if recent is not None:
+            computed_after, due = recent
+            if computed_after <= after and (due is None or after < due):
+                return due
+        due = calendar.next_due(cron, timezone, after)
+        if recent is not None or len(self._recent) < SHARED_CALENDARS:
+            self._recent[key] = (after, due)
+        return due
 
     def _shared(self, cron: str, timezone: str) -> _Calendar:
         made = _Calendar(cron, timezone)
@@ -322,7 +340,7 @@ class Ticker:
                     due + self._grace, entry.generation, entry.deployment_id, due))
             plan = entry.calendar
             following = msgspec.structs.replace(
-                entry, due=calendar.next_due(plan.cron, plan.timezone, due))
+                entry, due=self._next_due(plan.cron, plan.timezone, due))
             self._current[entry.deployment_id] = following
             if following.due is not None:
                 heapq.heappush(heap, following)
