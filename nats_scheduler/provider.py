@@ -42,6 +42,7 @@ from .projections.ledger import Ledger
 from .projections.schedule_table import ScheduleTable
 from .runtime.dispatcher import Dispatcher
 from .runtime.firing import PAUSE_VISIBILITY_SECONDS, Firing
+from .runtime.memory import release_freed_memory
 from .runtime.ticker import FireObserver, Ticker
 from .runtime.wiring import PortsFactory, Runtime
 from .seam import (
@@ -61,6 +62,11 @@ from .seam import (
 from .settings import NatsSettings
 
 log = logging.getLogger(__name__)
+
+RELEASE_AFTER_RECONCILE = 50_000
+"""A reconcile of at least this many Schedules hands the memory its temporaries used back to
+the operating system when it ends (``malloc_trim``: a restart's reconcile of a million left
+about 45 MB resident that nothing used)."""
 
 
 def _identity() -> str:
@@ -283,6 +289,14 @@ class NatsSchedulerProvider:
         """
         running = await self._require_table()
         wanted = list(schedules)
+        try:
+            await self._reconcile(running, wanted)
+        finally:
+            del wanted
+            if len(schedules) >= RELEASE_AFTER_RECONCILE:
+                release_freed_memory()  # its sets, lists and decisions: tens of MB at 1M
+
+    async def _reconcile(self, running: Runtime, wanted: list[Schedule]) -> None:
         given = validation.check_unique(wanted)
         limit = validation.max_schedule_event_bytes(running.ports.max_payload)
 

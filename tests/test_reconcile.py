@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from nats_scheduler import provider as provider_module
 from nats_scheduler.core import schedulecore
 from nats_scheduler.core.events import ScheduleRecord
 from nats_scheduler.jetstream.schedulelog import ScheduleLog
@@ -207,3 +208,23 @@ def redecide_apply(wanted: list[Schedule]) -> Callable[[schedulecore.PlannedWrit
             current, by_id[item.deployment_id], now=NOW, actor="other")
 
     return redecide
+
+
+async def test_a_large_reconcile_hands_its_memory_back_even_when_refused(
+    provider: NatsSchedulerProvider, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reconcile of many Schedules ends by returning the freed memory of its temporaries to
+    the system (a restart's reconcile of a million left ~45 MB resident unused), also when
+    the list is refused; a small one does not pay for it."""
+    released: list[int] = []
+    monkeypatch.setattr(provider_module, "RELEASE_AFTER_RECONCILE", 20)
+    monkeypatch.setattr(provider_module, "release_freed_memory",
+                        lambda: released.append(1) or True)
+    await provider.reconcile([schedule(i) for i in range(19)])
+    assert released == []
+    await provider.reconcile([schedule(i) for i in range(20)])
+    assert released == [1]
+    bad = Schedule("dep-bad", "dep-bad", "61 * * * *", "UTC", True, RunPayload("a", "p"), 1)
+    with pytest.raises(InvalidSchedule):
+        await provider.reconcile([*(schedule(i) for i in range(20)), bad])
+    assert released == [1, 1]
