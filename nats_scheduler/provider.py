@@ -315,9 +315,10 @@ class NatsSchedulerProvider:
                     await self.delete(record.deployment_id)
             return
         planned = schedulecore.plan_reconcile(
-            wanted, self._table.get_with_seq, self._table.live(),
+            wanted, self._table.get_with_seq, self._table.live_records(),
             enabled=self._table.enabled_count(), cap=self.settings.max_active_schedules,
-            now=self._now(), actor=self._identity, given=given, check=check)
+            now=self._now(), actor=self._identity, given=given, check=check,
+            entry=self._table.entry, live_count=self._table.live_count())
         by_id: dict[str, Schedule] = {}  # built only if a change must be decided again
 
         def redecide(item: schedulecore.PlannedWrite) -> ScheduleDecision:

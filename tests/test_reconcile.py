@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nats_scheduler import provider as provider_module
 from nats_scheduler.core import schedulecore
@@ -228,3 +230,30 @@ async def test_a_large_reconcile_hands_its_memory_back_even_when_refused(
     with pytest.raises(InvalidSchedule):
         await provider.reconcile([*(schedule(i) for i in range(20)), bad])
     assert released == [1, 1]
+
+
+@given(stored=st.lists(st.tuples(st.integers(0, 12), st.booleans(), st.booleans(),
+                                 st.integers(1, 3)), max_size=12),
+       given_ids=st.lists(st.tuples(st.integers(0, 14), st.booleans(), st.integers(1, 3)),
+                          max_size=14, unique_by=lambda t: t[0]))
+@settings(max_examples=200, deadline=None)
+def test_the_plan_with_the_tables_shortcuts_is_the_plan_without_them(
+        stored: list[tuple[int, bool, bool, int]],
+        given_ids: list[tuple[int, bool, int]]) -> None:
+    """``plan_reconcile`` with the table's entries and live count (no tuple per Schedule,
+    no walk of the live Schedules when every one was given) plans exactly what it plans on
+    the bare reads, whatever is stored (deleted ones too) and whatever is given."""
+    table = ScheduleTable()
+    for seq, (i, enabled, deleted, version) in enumerate(stored, start=1):
+        record = ScheduleRecord.of(schedule(i, enabled=enabled, version=version),
+                                   updated_at=NOW, deleted=deleted)
+        table.apply(seq, record)
+    wanted = [schedule(i, enabled=enabled, version=version)
+              for i, enabled, version in given_ids]
+    common = dict(enabled=table.enabled_count(), cap=100, now=NOW, actor="a")
+    bare = schedulecore.plan_reconcile(wanted, table.get_with_seq, table.live(), **common)
+    fast = schedulecore.plan_reconcile(
+        wanted, table.get_with_seq, table.live_records(), entry=table.entry,
+        live_count=table.live_count(), given={s.deployment_id for s in wanted}, **common)
+    assert fast == bare
+    assert table.live_count() == len(table.live())

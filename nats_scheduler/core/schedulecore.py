@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from datetime import datetime
-from typing import Required, TypedDict, Unpack
+from typing import Protocol, Required, TypedDict, Unpack
 
 import msgspec
 
@@ -197,6 +197,16 @@ Known = Callable[[str], "tuple[int, ScheduleRecord] | None"]
 """A deployment's Schedule as the table holds it, with the sequence of its last event."""
 
 
+class KnownEntry(Protocol):
+    """A deployment's Schedule as the table holds it (``ScheduleTable.entry``)."""
+
+    @property
+    def seq(self) -> int: ...
+
+    @property
+    def record(self) -> ScheduleRecord: ...
+
+
 class PlannedWrite(msgspec.Struct, frozen=True, gc=False):
     """One change a reconcile stores: decided on the table's copy at ``seq`` (0: none).
     A first reconcile plans a million: the garbage collector need not walk them."""
@@ -210,6 +220,7 @@ def plan_reconcile(
     schedules: Sequence[Schedule], known: Known, live: Iterable[ScheduleRecord], *,
     enabled: int, cap: int, now: datetime, actor: str, given: AbstractSet[str] | None = None,
     check: Callable[[Schedule], None] | None = None,
+    entry: Callable[[str], KnownEntry | None] | None = None, live_count: int | None = None,
 ) -> list[PlannedWrite]:
     """What ``reconcile(schedules)`` writes, decided in one pass on a table proven current.
 
@@ -223,15 +234,26 @@ def plan_reconcile(
     every Schedule but those equal to their stored definition, which was checked when it
     was stored (a restart's reconcile of a million unchanged Schedules validated each again:
     a second of its ten).
+    ``entry``: ``known`` without building a tuple per Schedule (the table's own entry).
+    ``live_count``: how many Schedules ``live`` holds; when every one of them is among
+    ``schedules`` (as many given Schedules found live, the deployments given once each),
+    ``live`` is not walked: nothing to delete.
     """
     planned: list[PlannedWrite] = []
     wanted = {s.deployment_id for s in schedules} if given is None else given
+    found_live = 0
     for schedule in schedules:
         deployment_id = schedule.deployment_id
-        entry = known(deployment_id)
-        seq, current = (0, None) if entry is None else entry
-        if current is not None and _definition_equal(current, schedule):
-            continue  # unchanged: nothing to write, nothing to check again
+        if entry is not None:
+            held = entry(deployment_id)
+            seq, current = (0, None) if held is None else (held.seq, held.record)
+        else:
+            known_one = known(deployment_id)
+            seq, current = (0, None) if known_one is None else known_one
+        if current is not None and not current.deleted:
+            found_live += 1
+            if _definition_equal(current, schedule):
+                continue  # unchanged: nothing to write, nothing to check again
         if check is not None:
             check(schedule)
         event = decide_apply(current, schedule, now=now, actor=actor)
@@ -242,6 +264,8 @@ def plan_reconcile(
             check_capacity(deployment_id, current, enabled - was, cap)
         enabled += schedule.enabled - was
         planned.append(PlannedWrite(deployment_id, seq, event))
+    if live_count is not None and found_live == live_count and len(wanted) == len(schedules):
+        return planned  # every live Schedule was given: none to delete
     for record in live:
         if record.deployment_id in wanted:
             continue

@@ -82,6 +82,7 @@ class ScheduleTable:
         self._listeners: list[Listener] = []
         self._change_listeners: list[ChangeListener] = []
         self._enabled = 0
+        self._live = 0
         self._texts = _Pool()
         self._payloads = _Pool()
         self._instants = _Pool()
@@ -146,6 +147,7 @@ class ScheduleTable:
             self._unsorted = True
         previous = None if known is None else known.record
         self._enabled += _counts(record) - (previous is not None and _counts(previous))
+        self._live += (not record.deleted) - (previous is not None and not previous.deleted)
         for listener in self._listeners:
             listener(record)
         for change in self._change_listeners:
@@ -203,6 +205,18 @@ class ScheduleTable:
     def live(self) -> list[ScheduleRecord]:
         """Schedules not deleted."""
         return [e.record for e in self._entries.values() if not e.record.deleted]
+
+    def live_count(self) -> int:
+        """Schedules not deleted (what :meth:`live` lists), kept as records are taken."""
+        return self._live
+
+    def live_records(self) -> Iterator[ScheduleRecord]:
+        """:meth:`live` one at a time: a reconcile that finds every one given lists none."""
+        return (e.record for e in self._entries.values() if not e.record.deleted)
+
+    def entry(self, deployment_id: str) -> TableEntry | None:
+        """A Schedule's entry (its record and its event's sequence), or None."""
+        return self._entries.get(deployment_id)
 
     def in_order(self, after: str | None = None) -> Iterator[ScheduleRecord]:
         """Every Schedule (deleted ones included) in deployment-ID order, from the first ID
