@@ -32,17 +32,15 @@ from .core.events import (
     RunRecord,
     ScheduleEventType,
     ScheduleRecord,
-    encode,
 )
 from .jetstream.ports import JetStreamPorts
 from .jetstream.store import Store
 from .ports.runs import RunJournal
-from .ports.schedules import Decide as ScheduleDecision
 from .projections.ledger import Ledger
 from .projections.schedule_table import ScheduleTable
 from .runtime.dispatcher import Dispatcher
 from .runtime.firing import PAUSE_VISIBILITY_SECONDS, Firing
-from .runtime.memory import release_freed_memory
+from .runtime.schedule_changes import ScheduleChanges
 from .runtime.ticker import FireObserver, Ticker
 from .runtime.wiring import PortsFactory, Runtime
 from .seam import (
@@ -62,12 +60,6 @@ from .seam import (
 from .settings import NatsSettings
 
 log = logging.getLogger(__name__)
-
-RELEASE_AFTER_RECONCILE = 50_000
-"""A reconcile of at least this many Schedules hands the memory its temporaries used back to
-the operating system when it ends (``malloc_trim``: a restart's reconcile of a million left
-about 45 MB resident that nothing used)."""
-
 
 def _identity() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -288,89 +280,21 @@ class NatsSchedulerProvider:
         what only firing needs (:meth:`Runtime.until_table_loaded`).
         """
         running = await self._require_table()
-        wanted = list(schedules)
-        try:
-            await self._reconcile(running, wanted)
-        finally:
-            del wanted
-            if len(schedules) >= RELEASE_AFTER_RECONCILE:
-                release_freed_memory()  # its sets, lists and decisions: tens of MB at 1M
+        await self._changes().reconcile(running, list(schedules))
 
-    async def _reconcile(self, running: Runtime, wanted: list[Schedule]) -> None:
-        given = validation.check_unique(wanted)
-        limit = validation.max_schedule_event_bytes(running.ports.max_payload)
-
-        def check(schedule: Schedule) -> None:
-            validation.check_schedule(schedule)
-            self._check_size(schedule, limit)
-
-        proven = await running.freshness.confirm(since=asyncio.get_running_loop().time())
-        if proven is None:  # the table could not be proven current: decide on the leader's
-            for schedule in wanted:  # every one checked before the first write
-                check(schedule)
-            for schedule in wanted:
-                await self.apply(schedule)
-            for record in self._table.live():
-                if record.deployment_id not in given:
-                    await self.delete(record.deployment_id)
-            return
-        planned = schedulecore.plan_reconcile(
-            wanted, self._table.get_with_seq, self._table.live_records(),
-            enabled=self._table.enabled_count(), cap=self.settings.max_active_schedules,
-            now=self._now(), actor=self._identity, given=given, check=check,
-            entry=self._table.entry, live_count=self._table.live_count())
-        by_id: dict[str, Schedule] = {}  # built only if a change must be decided again
-
-        def redecide(item: schedulecore.PlannedWrite) -> ScheduleDecision:
-            if not by_id:  # rare (a write raced ours): no index of a million for nothing
-                by_id.update((s.deployment_id, s) for s in wanted)
-            schedule = by_id.get(item.deployment_id)
-            return (self._delete_decision() if schedule is None
-                    else self._apply_decision(schedule))
-
-        await running.schedules.write_planned(planned, redecide)
-
-    def _check_size(self, schedule: Schedule, limit: int) -> None:
-        if validation.surely_fits(schedule, self._identity, limit):
-            return
-        first = schedulecore.decide_apply(None, schedule, now=self._now(),
-                                          actor=self._identity)
-        assert first is not None
-        validation.check_schedule_size(schedule.deployment_id, len(encode(first)), limit)
+    def _changes(self) -> ScheduleChanges:
+        return ScheduleChanges(self._table, cap=self.settings.max_active_schedules,
+                               identity=self._identity, now=self._now)
 
     async def apply(self, schedule: Schedule) -> None:
         """Create or replace a Schedule; durable (and visible to every replica) on return."""
         running = await self._require_table()
-        validation.check_schedule(schedule)
-        self._check_size(schedule,
-                         validation.max_schedule_event_bytes(running.ports.max_payload))
-        await running.schedules.write(schedule.deployment_id, self._apply_decision(schedule))
-
-    def _apply_decision(self, schedule: Schedule) -> ScheduleDecision:
-        """What ``apply(schedule)`` writes on a given stored state (capacity checked)."""
-        cap = self.settings.max_active_schedules
-
-        def decide(current: ScheduleRecord | None) -> ScheduleEventType | None:
-            event = schedulecore.decide_apply(current, schedule, now=self._now(),
-                                              actor=self._identity)
-            if event is not None and schedule.enabled:
-                schedulecore.check_capacity(
-                    schedule.deployment_id, current,
-                    self._table.enabled_count(excluding=schedule.deployment_id), cap)
-            return event
-
-        return decide
-
-    def _delete_decision(self) -> ScheduleDecision:
-        return lambda current: schedulecore.decide_delete(current, now=self._now(),
-                                                          actor=self._identity)
+        await self._changes().apply(running, schedule)
 
     async def delete(self, deployment_id: str) -> None:
         """No further scheduled Runs; Runs already started continue; history stays."""
         running = await self._require_table()
-        if not validation.usable_id(deployment_id):
-            return  # an ID we could never have stored: deleting it is a no-op
-        await running.schedules.write(deployment_id, self._delete_decision())
+        await self._changes().delete(running, deployment_id)
 
     async def hold(self, deployment_id: str,
                    **notes: Unpack[schedulecore.OperatorNotes]) -> ScheduleRecord:

@@ -150,6 +150,7 @@ async def test_gauges_follow_the_schedules_and_the_runs_in_flight(nats_url: str)
         await provider.apply(Schedule("off", "off", "0 3 * * *", "UTC", False,
                                       RunPayload("agent", "off"), 1))
         await provider.hold("paused", by="alice", reason="vendor outage")
+        await provider.until_ready()  # the gauges count from the end of the start-up on
         m = exported(reader)
         schedules = "astrabox.scheduler.schedules"
         assert (point(m, schedules, state="active"), point(m, schedules, state="held"),

@@ -16,7 +16,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nats_scheduler import provider as provider_module
 from nats_scheduler.core import schedulecore
 from nats_scheduler.core.events import ScheduleRecord
 from nats_scheduler.jetstream.schedulelog import ScheduleLog
@@ -25,6 +24,7 @@ from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.ports.schedules import Decide
 from nats_scheduler.projections.schedule_table import ScheduleTable
 from nats_scheduler.provider import NatsSchedulerProvider
+from nats_scheduler.runtime import schedule_changes
 from nats_scheduler.seam import (
     InvalidSchedule,
     RunPayload,
@@ -219,8 +219,8 @@ async def test_a_large_reconcile_hands_its_memory_back_even_when_refused(
     the system (a restart's reconcile of a million left ~45 MB resident unused), also when
     the list is refused; a small one does not pay for it."""
     released: list[int] = []
-    monkeypatch.setattr(provider_module, "RELEASE_AFTER_RECONCILE", 20)
-    monkeypatch.setattr(provider_module, "release_freed_memory",
+    monkeypatch.setattr(schedule_changes, "RELEASE_AFTER_RECONCILE", 20)
+    monkeypatch.setattr(schedule_changes, "release_freed_memory",
                         lambda: released.append(1) or True)
     await provider.reconcile([schedule(i) for i in range(19)])
     assert released == []

@@ -15,7 +15,7 @@ import pytest
 
 from nats_scheduler.jetstream.follower import Follower
 from nats_scheduler.names import Names
-from nats_scheduler.runtime import wiring
+from nats_scheduler.runtime import readiness
 from nats_scheduler.seam import RunPayload, Schedule
 from tests.harness.servers import unique_prefix
 from tests.providers import running
@@ -31,7 +31,7 @@ async def test_the_schedules_are_followed_after_unanswered_attempts(
     async with running(nats_url, prefix) as first:
         await first.apply(schedule)
 
-    monkeypatch.setattr(wiring, "SUBSCRIBE_BACKOFF_FIRST", 0.05)
+    monkeypatch.setattr(readiness, "SUBSCRIBE_BACKOFF_FIRST", 0.05)
     unanswered = {"left": 2}
     real = Follower.subscribe
     schedules_stream = Names(prefix).schedules_stream

@@ -48,7 +48,7 @@ from ..ports.replicas import Members
 from ..projections.ledger import Ledger
 from ..projections.reads import RunReads, load_ledger, load_newest, load_recent
 from ..projections.schedule_table import ScheduleTable
-from ..seam import RunHandler, SchedulerConfigurationError, SchedulerUnavailable
+from ..seam import RunHandler
 from ..settings import NatsSettings
 from ..tasks import cancel_and_wait
 from .auto_hold import AutoHold
@@ -63,6 +63,7 @@ from .membership import Membership
 from .memory import release_freed_memory
 from .metrics import Metrics
 from .outage_watch import OutageWatch
+from .readiness import Readiness, subscribe_patiently, until_caught_up
 from .retention import Retention
 from .ticker import Dues, FireObserver, Ticker
 
@@ -70,16 +71,6 @@ log = logging.getLogger(__name__)
 
 ADMIN_STOP_SECONDS = 2.0
 """How long ``stop`` waits for the admin service to unsubscribe before going on."""
-
-SUBSCRIBE_BACKOFF_FIRST = 1.0
-"""The first wait before asking again to follow the Schedules; each next one doubles."""
-
-SUBSCRIBE_BACKOFF_MAX = 30.0
-"""The longest wait between two attempts to follow the Schedules."""
-
-READY_PATIENCE_SECONDS = 30.0
-"""How long a caller waits for the Schedule table without the load making any progress
-before it hears the scheduler is unavailable (a load that keeps moving is waited for)."""
 
 PLAN_CHUNK = 5_000
 """Schedules planned per event-loop turn when the table is ready (100,000 take about a
@@ -168,13 +159,9 @@ class Runtime:
         """When this process started, by the store's clock once it is known (the ticker's
         first due times count from here)."""
         self._began_mark: float | None = None
-        self._ready = asyncio.Event()
-        self._table_loaded = asyncio.Event()
-        """Set once the Schedule table holds every stored Schedule: Schedule changes decide
-        on it from then on, while joining and planning (``_ready``) go on."""
+        self._gates = Readiness(self._schedules_position)
         self.warmed = asyncio.Event()
         """Set once the warm-up after readiness (newest and recent Runs) has ended."""
-        self._ready_failed: BaseException | None = None
 
     @classmethod
     async def connect(
@@ -253,36 +240,18 @@ class Runtime:
 
     @property
     def ready(self) -> bool:
-        """Whether the Schedule table is loaded (and the ticker plans from it)."""
-        return self._ready.is_set()
+        """Whether the start-up has ended (the table loaded, joined, every Schedule planned)."""
+        return self._gates.ready.is_set()
 
     async def until_ready(self) -> None:
-        """Wait for the start-up to end: the Schedule table loaded, this replica joined and
-        every Schedule planned (at once when it has; what firing needs).
-
-        SchedulerUnavailable when the load fails, or makes no progress for
-        ``READY_PATIENCE_SECONDS``: a caller is told, not kept waiting for ever."""
-        await self._until(self._ready)
+        """Wait for the start-up to end (what firing and the admin service need); at once
+        when it has (:mod:`.readiness`: SchedulerUnavailable when the load fails or stalls)."""
+        await self._gates.until(self._gates.ready)
 
     async def until_table_loaded(self) -> None:
         """Wait for the Schedule table to hold every stored Schedule (what a Schedule change
-        decides on; before :meth:`until_ready`, which also waits for joining the replicas
-        and planning every Schedule, 3 s of a restart at a million). Raises as it does."""
-        await self._until(self._table_loaded)
-
-    async def _until(self, done: asyncio.Event) -> None:
-        progress = -1
-        while not done.is_set():
-            if self._ready_failed is not None:
-                raise SchedulerUnavailable(
-                    "the scheduler could not load its schedules; see the scheduler's log")
-            seen = self._schedules_position()  # its feed is made again after a checkpoint
-            if seen <= progress:
-                raise SchedulerUnavailable(
-                    "the scheduler store is unavailable: loading the schedules timed out")
-            progress = seen
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(done.wait(), READY_PATIENCE_SECONDS)
+        decides on), not for joining and planning (:mod:`.readiness`)."""
+        await self._gates.until(self._gates.table_loaded)
 
     async def _become_ready(self, ticker: Ticker) -> None:
         """Wait for the Schedule table, join the live replicas, plan every Schedule from the
@@ -297,14 +266,9 @@ class Runtime:
                     self.table.apply, after=after,
                     on_skip=lambda: self.metrics.event_skipped("schedules"))
             follower = self.followers[0]
-            await self._subscribe_patiently(follower)
-            while True:
-                try:
-                    await follower.caught_up(READY_PATIENCE_SECONDS)
-                    break
-                except TimeoutError:
-                    log.warning("loading the schedules makes no progress; still waiting")
-            self._table_loaded.set()
+            await subscribe_patiently(follower)
+            await until_caught_up(follower)
+            self._gates.table_loaded.set()
             await self.membership.join()
             self._correct_began()
             if self.membership.presence is not None and self.outages is not None:
@@ -324,30 +288,12 @@ class Runtime:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
-            self._ready_failed = exc
+            self._gates.failed = exc
             log.exception("the schedules could not be loaded; this replica does not fire")
             raise
-        self._ready.set()
+        self._gates.ready.set()
         log.info("schedules loaded: %d (%d planned)", len(records), ticker.planned)
         await self._warm_up()
-
-    @staticmethod
-    async def _subscribe_patiently(follower: Feed) -> None:
-        """Follow the Schedules, asking again (1 s, doubling to 30 s) while the store does not
-        answer: a consumer created under load once took more than its 30 s, and a replica
-        that gave up then never fired at all. Configuration errors are not retried."""
-        wait = SUBSCRIBE_BACKOFF_FIRST
-        while True:
-            try:
-                await follower.subscribe()
-                return
-            except (SchedulerConfigurationError, asyncio.CancelledError):
-                raise
-            except Exception as exc:
-                log.warning("could not follow the schedules yet (%s); asking again in %.0f s",
-                            str(exc) or type(exc).__name__, wait)
-                await asyncio.sleep(wait)
-                wait = min(wait * 2, SUBSCRIBE_BACKOFF_MAX)
 
     def _watch_holds(self, records: list[ScheduleRecord]) -> None:
         """Holds that end (their releases) and, when on, holds after repeated failures."""

@@ -1,0 +1,127 @@
+"""AstraBox's Schedule changes, decided on the Schedule table and appended conditionally.
+
+``apply``, ``delete`` and ``reconcile`` of the seam (the provider checks the process is
+running and waits for the table: :mod:`.readiness`). Each change is a decision of the
+functional core (:mod:`core.schedulecore`) on the stored state, appended by the Schedule
+journal on the sequence it was decided on; a decision that loses its race is made again on
+the stored state.
+
+``reconcile`` is a diff against the table (docs/architecture.md, "Start-up and readiness,
+and the Schedule table"): one leader read proves the table current, one pass decides every
+Schedule (an unchanged one: no read, no write, no check), the changes are stored in
+batches; a refused list writes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime
+
+from ..core import schedulecore, validation
+from ..core.events import ScheduleEventType, ScheduleRecord, encode
+from ..ports.schedules import Decide
+from ..projections.schedule_table import ScheduleTable
+from ..seam import Schedule
+from .memory import release_freed_memory
+from .wiring import Runtime
+
+RELEASE_AFTER_RECONCILE = 50_000
+"""A reconcile of at least this many Schedules hands the memory its temporaries used back to
+the operating system when it ends (``malloc_trim``: a restart's reconcile of a million left
+about 45 MB resident that nothing used)."""
+
+
+class ScheduleChanges:
+    """Decide and store AstraBox's Schedule changes for one provider process.
+
+    ``cap``: ``max_active_schedules``; ``now``: the process's clock (the store's, running).
+    """
+
+    def __init__(self, table: ScheduleTable, *, cap: int, identity: str,
+                 now: Callable[[], datetime]) -> None:
+        self._table = table
+        self._cap = cap
+        self._identity = identity
+        self._now = now
+
+    async def apply(self, running: Runtime, schedule: Schedule) -> None:
+        validation.check_schedule(schedule)
+        self._check_size(schedule,
+                         validation.max_schedule_event_bytes(running.ports.max_payload))
+        await running.schedules.write(schedule.deployment_id, self.apply_decision(schedule))
+
+    async def delete(self, running: Runtime, deployment_id: str) -> None:
+        if not validation.usable_id(deployment_id):
+            return  # an ID we could never have stored: deleting it is a no-op
+        await running.schedules.write(deployment_id, self.delete_decision())
+
+    async def reconcile(self, running: Runtime, schedules: list[Schedule]) -> None:
+        """Every Schedule given applied, every stored one not given deleted; a list of
+        ``RELEASE_AFTER_RECONCILE`` or more gives its temporaries' memory back at the end."""
+        count = len(schedules)
+        try:
+            await self._reconcile(running, schedules)
+        finally:
+            del schedules
+            if count >= RELEASE_AFTER_RECONCILE:
+                release_freed_memory()  # its sets, lists and decisions: tens of MB at 1M
+
+    async def _reconcile(self, running: Runtime, wanted: list[Schedule]) -> None:
+        given = validation.check_unique(wanted)
+        limit = validation.max_schedule_event_bytes(running.ports.max_payload)
+
+        def check(schedule: Schedule) -> None:
+            validation.check_schedule(schedule)
+            self._check_size(schedule, limit)
+
+        table = self._table
+        proven = await running.freshness.confirm(since=asyncio.get_running_loop().time())
+        if proven is None:  # the table could not be proven current: decide on the leader's
+            for schedule in wanted:  # every one checked before the first write
+                check(schedule)
+            for schedule in wanted:
+                await self.apply(running, schedule)
+            for record in table.live():
+                if record.deployment_id not in given:
+                    await self.delete(running, record.deployment_id)
+            return
+        planned = schedulecore.plan_reconcile(
+            wanted, table.get_with_seq, table.live_records(), enabled=table.enabled_count(),
+            cap=self._cap, now=self._now(), actor=self._identity, given=given, check=check,
+            entry=table.entry, live_count=table.live_count())
+        by_id: dict[str, Schedule] = {}  # built only if a change must be decided again
+
+        def redecide(item: schedulecore.PlannedWrite) -> Decide:
+            if not by_id:  # rare (a write raced ours): no index of a million for nothing
+                by_id.update((s.deployment_id, s) for s in wanted)
+            schedule = by_id.get(item.deployment_id)
+            return (self.delete_decision() if schedule is None
+                    else self.apply_decision(schedule))
+
+        await running.schedules.write_planned(planned, redecide)
+
+    def _check_size(self, schedule: Schedule, limit: int) -> None:
+        if validation.surely_fits(schedule, self._identity, limit):
+            return
+        first = schedulecore.decide_apply(None, schedule, now=self._now(),
+                                          actor=self._identity)
+        assert first is not None
+        validation.check_schedule_size(schedule.deployment_id, len(encode(first)), limit)
+
+    def apply_decision(self, schedule: Schedule) -> Decide:
+        """What ``apply(schedule)`` writes on a given stored state (capacity checked)."""
+        def decide(current: ScheduleRecord | None) -> ScheduleEventType | None:
+            event = schedulecore.decide_apply(current, schedule, now=self._now(),
+                                              actor=self._identity)
+            if event is not None and schedule.enabled:
+                schedulecore.check_capacity(
+                    schedule.deployment_id, current,
+                    self._table.enabled_count(excluding=schedule.deployment_id), self._cap)
+            return event
+
+        return decide
+
+    def delete_decision(self) -> Decide:
+        return lambda current: schedulecore.decide_delete(current, now=self._now(),
+                                                          actor=self._identity)
