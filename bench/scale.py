@@ -20,7 +20,9 @@ What it does, per size and per repeat, each repeat on a fresh nats-server (defau
    in production (``runtime/checkpointing.py``); ``--no-checkpoint``: none, so the restart
    below replays every Schedule, as before checkpoints.
 2. Reference, same run: the raw replay of the N Schedule subjects (an ordered consumer,
-   last message per subject, nothing decoded): the floor of a start-up's read.
+   last message per subject, nothing decoded): the floor of a start-up's read. And N
+   lookups in a dict of N IDs by equal strings of their own: linear work whose growth from
+   100,000 to 1,000,000 is what this machine's caches add to any pass over N Schedules.
 3. Another fresh process, as AstraBox restarting (``restart``): builds the same list, then
    times ``start()``, then ``reconcile`` of the same list at once (it waits for the Schedule
    table: AstraBox's figure), readiness on the way, then ``reconcile`` of the same list again
@@ -266,9 +268,27 @@ async def one_repeat(count: int, started: datetime, walk: bool,
         figures = await child("--child-load", *common,
                               *([] if checkpoint else ["--no-checkpoint"]))
         figures["replay_s"] = await raw_replay_seconds(server.url, PREFIX, count)
+        figures["lookups_s"] = dict_lookups_seconds(count)
         figures.update(await child("--child-restart", *common,
                                    *(["--breakdown"] if walk else [])))
         return figures
+
+
+def dict_lookups_seconds(count: int) -> float:
+    """Reference, same run: ``count`` lookups in a dict of ``count`` deployment IDs, each by
+    an equal string of its own (as a reconcile looks AstraBox's Schedules up in the table),
+    in the order they were added. Linear work; its growth from one size to the next is what
+    this machine's caches add to any pass over that many Schedules (best of three)."""
+    keys = [f"dep-{i:09d}" for i in range(count)]
+    table = dict.fromkeys(keys, 0)
+    asked = [f"dep-{i:09d}" for i in range(count)]
+    best = float("inf")
+    for _ in range(3):
+        began = time.perf_counter()
+        for key in asked:
+            table.get(key)
+        best = min(best, time.perf_counter() - began)
+    return best
 
 
 ROWS = (
@@ -285,6 +305,7 @@ ROWS = (
     ("reconcile_unchanged_s", "reconcile unchanged again, table loaded", "s"),
     ("reconcile_unchanged_cpu_s", "  this process's CPU meanwhile", "s"),
     ("reconcile_unchanged_gc_s", "  of it in the garbage collector", "s"),
+    ("lookups_s", "  reference: N dict lookups (this machine's caches)", "s"),
     ("reconcile_partly_s", f"reconcile, 1 in {CHANGED_SHARE} changed", "s"),
     ("reconcile_partly_gc_s", "  of it in the garbage collector", "s"),
     ("state_mb", "RSS after the reconciles less the caller's list", "MB"),
