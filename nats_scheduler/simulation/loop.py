@@ -15,7 +15,12 @@ entry point fixes ``PYTHONHASHSEED`` (``__main__.py``).
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextvars
+import heapq
+import itertools
 import selectors
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -39,11 +44,26 @@ class _IdleSelector(selectors.DefaultSelector):
         return ready
 
 
+_CLEAN_AT = 100
+"""Cancelled timers tolerated in the heap (and at least half of it) before it is rebuilt
+without them, as asyncio's own loop does."""
+
+
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
-    """A selector event loop whose ``time()`` only moves when nothing is ready."""
+    """A selector event loop whose ``time()`` only moves when nothing is ready.
+
+    Its step (``_run_once``) is asyncio's, less what virtual time makes idle, because a
+    simulated hour is some 50,000 steps: no poll of the selector while a timer or a callback
+    is pending (nothing in the simulation does I/O; a thread's callback is queued by
+    ``call_soon_threadsafe`` itself, the poll only drains the wake-up byte), and timers kept
+    in the heap as ``(when, order, handle)``, so the heap compares floats in C instead of
+    calling ``TimerHandle.__lt__``; timers of one instant run in the order they were armed
+    (asyncio leaves that order to the heap's shape).
+    """
 
     def __init__(self) -> None:
         self._virtual = 0.0
+        self._armed = itertools.count()
         super().__init__(_IdleSelector(self))
 
     def time(self) -> float:
@@ -51,6 +71,50 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
     def advance(self, seconds: float) -> None:
         self._virtual += seconds
+
+    def call_at(self, when: float, callback: Callable[..., object], *args: Any,
+                context: contextvars.Context | None = None) -> asyncio.TimerHandle:
+        if when is None:
+            raise TypeError("when cannot be None")
+        self._check_closed()  # type: ignore[attr-defined]
+        timer = asyncio.TimerHandle(when, callback, args, self, context)
+        heapq.heappush(self._scheduled, (when, next(self._armed), timer))  # type: ignore
+        timer._scheduled = True  # type: ignore[attr-defined]
+        return timer
+
+    def _run_once(self) -> None:
+        scheduled: list[tuple[float, int, asyncio.TimerHandle]] = self._scheduled  # type: ignore
+        if (len(scheduled) > _CLEAN_AT
+                and self._timer_cancelled_count * 2 > len(scheduled)):  # type: ignore
+            kept = []
+            for entry in scheduled:
+                if entry[2]._cancelled:  # type: ignore[attr-defined]
+                    entry[2]._scheduled = False  # type: ignore[attr-defined]
+                else:
+                    kept.append(entry)
+            heapq.heapify(kept)
+            self._scheduled = scheduled = kept  # type: ignore[attr-defined]
+            self._timer_cancelled_count = 0
+        else:
+            while scheduled and scheduled[0][2]._cancelled:  # type: ignore[attr-defined]
+                self._timer_cancelled_count -= 1
+                heapq.heappop(scheduled)[2]._scheduled = False  # type: ignore[attr-defined]
+        ready: collections.deque[asyncio.Handle] = self._ready  # type: ignore[attr-defined]
+        if not ready and not self._stopping:  # type: ignore[attr-defined]
+            if not scheduled:  # a thread's callback at most: asyncio's own step
+                self._process_events(self._selector.select(None))  # type: ignore
+            elif scheduled[0][0] > self._virtual:
+                self._virtual = scheduled[0][0]  # jump to the next timer
+        now = self._virtual
+        while scheduled and scheduled[0][0] <= now:
+            timer = heapq.heappop(scheduled)[2]
+            timer._scheduled = False  # type: ignore[attr-defined]
+            ready.append(timer)
+        for _ in range(len(ready)):
+            handle = ready.popleft()
+            if not handle._cancelled:  # type: ignore[attr-defined]
+                handle._run()  # type: ignore[attr-defined]
+        handle = None  # type: ignore[assignment]  # no cycle through an exception
 
 
 class SimClock:
