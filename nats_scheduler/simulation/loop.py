@@ -125,9 +125,12 @@ class SimClock:
     """
 
     follows_wall_time = True
-    nap = 5.0
+    nap = 10.0
     """The longest a ``ServerClock`` sleeper waits before it looks again (1 s on a real
-    host): a new sample wakes it anyway, and fewer wakeups make a simulated hour cheaper."""
+    host): two presence beats (``Cluster.beat_seconds``), so that a sleeper's nap ends only
+    when the samples stop (a pause, an outage). Each sample sets the sleepers' timers again
+    from that moment: a nap as long as the beat ran out just before every beat (the beat
+    comes a round trip after its period), a look at the time that changed nothing."""
 
     def __init__(self, skew: float = 0.0) -> None:
         self.skew = skew
