@@ -182,16 +182,15 @@ class SimClock:
     from that moment: a nap as long as the beat ran out just before every beat (the beat
     comes a round trip after its period), a look at the time that changed nothing."""
 
-    def __init__(self, skew: float = 0.0) -> None:
+    def __init__(self, skew: float = 0.0, time: Callable[[], float] | None = None) -> None:
         self.skew = skew
+        self.elapsed: Callable[[], float] = time or _running_loop_time
+        """The host's monotonic time: virtual, unskewed (``ServerClock.wrap`` uses it).
+        ``time``: the loop's ``time`` (else the running loop's is looked up at each read, a
+        system call: ``get_running_loop`` checks the process ID)."""
 
     def now(self) -> datetime:
-        return EPOCH + timedelta(seconds=asyncio.get_running_loop().time() + self.skew)
-
-    @staticmethod
-    def elapsed() -> float:
-        """The host's monotonic time: virtual, unskewed (``ServerClock.wrap`` uses it)."""
-        return asyncio.get_running_loop().time()
+        return EPOCH + timedelta(seconds=self.elapsed() + self.skew)
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
@@ -209,9 +208,17 @@ class StoreClock:
 
     follows_wall_time = False
 
+    def __init__(self, time: Callable[[], float] | None = None) -> None:
+        self._time = time or _running_loop_time
+        """The loop's ``time``, as for :class:`SimClock`."""
+
     def now(self) -> datetime:
-        return EPOCH + timedelta(seconds=asyncio.get_running_loop().time())
+        return EPOCH + timedelta(seconds=self._time())
 
     async def sleep_until(self, instant: datetime) -> None:
         delay = (instant - self.now()).total_seconds()
         await asyncio.sleep(max(0.0, delay))
+
+
+def _running_loop_time() -> float:
+    return asyncio.get_running_loop().time()
