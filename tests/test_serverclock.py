@@ -180,3 +180,28 @@ def test_a_sample_that_moves_the_server_clock_on_moves_a_sleepers_wake_up() -> N
         loop.run_until_complete(scenario())
     finally:
         loop.close()
+
+
+def test_each_estimate_is_the_intersection_of_the_window_it_keeps() -> None:
+    """Bounds kept from one sample to the next are the ones the window's samples give, read
+    afresh: over steps of the server's clock (resets), old samples leaving the window, wide
+    and refused round trips."""
+    import random
+
+    rng = random.Random(5)
+    estimator = OffsetEstimator(window=60.0)
+    elapsed, offset = 0.0, 0.0
+    for _ in range(2000):
+        elapsed += rng.choice([0.5, 5.0, 20.0])
+        if rng.random() < 0.02:
+            offset += rng.uniform(-30.0, 30.0)  # a step: the window starts again
+        trip = rng.choice([0.001, 0.004, 0.5, MAX_ROUND_TRIP + 1.0])
+        stamped = elapsed + rng.uniform(0.0, trip)
+        estimate = estimator.add(sample(elapsed, elapsed + trip, stamped=stamped + offset))
+        kept = list(estimator._samples)
+        assert estimate is not None
+        assert estimate.low == max(s.server - s.acked for s in kept)
+        assert estimate.high == min(s.server - s.sent for s in kept)
+        assert all(kept[-1].acked - s.acked <= 60.0 for s in kept)
+        elapsed += trip
+    assert estimator.resets > 10
