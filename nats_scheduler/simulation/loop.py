@@ -94,7 +94,10 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     in the heap as ``(when, order, handle)``, so the heap compares floats in C instead of
     calling ``TimerHandle.__lt__``; timers of one instant run in the order they were armed
     (asyncio leaves that order to the heap's shape); handles made without the checks of
-    debug mode (``call_soon``, ``call_later``, ``call_at``), which it never runs in.
+    debug mode (``call_soon``, ``call_later``, ``call_at``), which it never runs in; and
+    one call of the step runs asyncio's steps until no callback is ready (each as asyncio
+    runs it: the callbacks ready at its start, after the timers due; time cannot move while
+    one is ready), so a timer's callback and the task it wakes are one call, not two.
     """
 
     def __init__(self) -> None:
@@ -156,14 +159,17 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
             elif scheduled[0][0] > self._virtual:
                 self._virtual = scheduled[0][0]  # jump to the next timer
         now = self._virtual
-        while scheduled and scheduled[0][0] <= now:
-            timer = heapq.heappop(scheduled)[2]
-            timer._scheduled = False  # type: ignore[attr-defined]
-            ready.append(timer)
-        for _ in range(len(ready)):
-            handle = ready.popleft()
-            if not handle._cancelled:  # type: ignore[attr-defined]
-                handle._run()  # type: ignore[attr-defined]
+        while True:  # asyncio's next steps, while callbacks are ready: time stands still
+            while scheduled and scheduled[0][0] <= now:
+                timer = heapq.heappop(scheduled)[2]
+                timer._scheduled = False  # type: ignore[attr-defined]
+                ready.append(timer)
+            for _ in range(len(ready)):
+                handle = ready.popleft()
+                if not handle._cancelled:  # type: ignore[attr-defined]
+                    handle._run()  # type: ignore[attr-defined]
+            if not ready or self._stopping:  # type: ignore[attr-defined]
+                break
         handle = None  # type: ignore[assignment]  # no cycle through an exception
 
 
