@@ -199,10 +199,6 @@ class ServerClock:
         """The fresh estimate (for the offset people read), or None."""
         return self.estimator.estimate(self._elapsed(), fresh=self._fresh)
 
-    def _reference(self) -> Estimate | None:
-        """The estimate :meth:`now` goes by: fresh or held; None: the inner clock."""
-        return self.estimator.estimate(self._elapsed(), fresh=self._hold)
-
     def offset(self) -> float | None:
         """This host's clock minus the server's, seconds (positive: ahead); None if unknown."""
         estimate = self.estimate()
