@@ -158,8 +158,9 @@ class ServerClock:
         self._fresh = fresh
         self._hold = hold
         self.estimator = estimator or OffsetEstimator()
-        self._sleepers: list[asyncio.Future[None]] = []
-        """Futures of the sleepers, woken by a new sample to look again."""
+        self._sleepers: list[_Sleeper] = []
+        """The sleepers: a new sample sets each one's timer again (or wakes it when its
+        instant has come)."""
 
     @classmethod
     def wrap(cls, clock: Clock) -> Clock:
@@ -175,12 +176,20 @@ class ServerClock:
         return clock
 
     def observe(self, sample: Sample) -> None:
-        """One write's timings and server stamp; wakes the sleepers to look again."""
+        """One write's timings and server stamp; each sleeper's timer set again by the new
+        estimate, a sleeper whose instant has come woken (what the sleeper would do if woken
+        to look again, without waking it: a sample every beat wakes no task)."""
         self.estimator.add(sample)
-        sleepers, self._sleepers = self._sleepers, []
-        for sleeper in sleepers:
-            if not sleeper.done():
-                sleeper.set_result(None)
+        for sleeper in self._sleepers:
+            future = sleeper.future
+            if future.done():
+                continue
+            delay = self._delay(sleeper.instant)
+            sleeper.timer.cancel()
+            if delay is None:
+                future.set_result(None)
+            else:
+                sleeper.timer = future.get_loop().call_later(delay, _wake, future)
 
     def wall_seconds(self) -> float:
         """The inner (host) clock, seconds since the epoch: the other end of a sample."""
@@ -189,10 +198,6 @@ class ServerClock:
     def estimate(self) -> Estimate | None:
         """The fresh estimate (for the offset people read), or None."""
         return self.estimator.estimate(self._elapsed(), fresh=self._fresh)
-
-    def _reference(self) -> Estimate | None:
-        """The estimate :meth:`now` goes by: fresh or held; None: the inner clock."""
-        return self.estimator.estimate(self._elapsed(), fresh=self._hold)
 
     def offset(self) -> float | None:
         """This host's clock minus the server's, seconds (positive: ahead); None if unknown."""
@@ -220,26 +225,47 @@ class ServerClock:
         """Elapsed time, like ``SystemClock.sleep`` (the inner clock's when it has one)."""
         await sleep_for(self.inner, seconds)
 
+    def _delay(self, instant: datetime) -> float | None:
+        """How long to sleep before looking again for ``instant``: None when it has come."""
+        delay = (instant - self.now()).total_seconds()
+        return None if delay <= 0 else min(delay, self._nap)
+
     async def sleep_until(self, instant: datetime) -> None:
-        """Look at the time again at least every nap (``NAP_SECONDS``), and at once when a new
-        sample comes: one future and one timer per look, no task (a sleeper per loop of a
-        replica looks once a second)."""
+        """Look at the time again at least every nap (``NAP_SECONDS``), and at the instant as
+        a new sample puts it (:meth:`observe` sets the timer again): one future and one
+        timer per look, no task (a sleeper per loop of a replica)."""
+        delay = self._delay(instant)
+        if delay is None:
+            return
         loop = asyncio.get_running_loop()
-        while True:
-            now = self.now()
-            if now >= instant:
-                return
-            base = now if self._reference() is not None else self.inner.now()
-            delay = min(max(0.0, (instant - base).total_seconds()), self._nap)
-            sleeper: asyncio.Future[None] = loop.create_future()
-            self._sleepers.append(sleeper)
-            timer = loop.call_later(delay, _wake, sleeper)
-            try:
-                await sleeper
-            finally:
-                timer.cancel()
-                with contextlib.suppress(ValueError):
-                    self._sleepers.remove(sleeper)
+        future: asyncio.Future[None] = loop.create_future()
+        sleeper = _Sleeper(instant, future, loop.call_later(delay, _wake, future))
+        self._sleepers.append(sleeper)
+        try:
+            while True:
+                await sleeper.future
+                delay = self._delay(instant)
+                if delay is None:
+                    return
+                sleeper.future = future = loop.create_future()
+                sleeper.timer = loop.call_later(delay, _wake, future)
+        finally:
+            sleeper.timer.cancel()
+            with contextlib.suppress(ValueError):
+                self._sleepers.remove(sleeper)
+
+
+class _Sleeper:
+    """A :meth:`ServerClock.sleep_until` in progress: its instant, the future it awaits and
+    the timer that resolves it."""
+
+    __slots__ = ("future", "instant", "timer")
+
+    def __init__(self, instant: datetime, future: asyncio.Future[None],
+                 timer: asyncio.TimerHandle) -> None:
+        self.instant = instant
+        self.future = future
+        self.timer = timer
 
 
 def _wake(sleeper: asyncio.Future[None]) -> None:

@@ -140,3 +140,68 @@ class _OffsetSystemClock(SystemClock):
 
     def now(self) -> datetime:
         return super().now() + self._ahead
+
+
+def test_a_sample_that_moves_the_server_clock_on_moves_a_sleepers_wake_up() -> None:
+    """On virtual time, naps longer than the wait: a sleeper for an instant 10 s ahead is
+    woken when a later sample shows the server's clock 4 s further on (at 6 s, not 10 s),
+    and at once by a sample that puts the instant in the past."""
+    from nats_scheduler.simulation.loop import VirtualTimeLoop
+
+    loop = VirtualTimeLoop()
+    host = ManualClock(datetime.fromtimestamp(SERVER, UTC))
+    clock = ServerClock(host, elapsed=loop.time, nap=60.0)
+    woke: list[float] = []
+
+    def server_at(elapsed: float, ahead: float) -> Sample:
+        return Sample(sent=elapsed, acked=elapsed, server=SERVER + elapsed + ahead,
+                      wall_sent=SERVER + elapsed, wall_acked=SERVER + elapsed)
+
+    async def sleep(instant: datetime) -> None:
+        await clock.sleep_until(instant)
+        woke.append(loop.time())
+
+    async def scenario() -> None:
+        clock.observe(server_at(0.0, 0.0))
+        start = clock.now()
+        first = asyncio.ensure_future(sleep(start + timedelta(seconds=10)))
+        second = asyncio.ensure_future(sleep(start + timedelta(seconds=30)))
+        await asyncio.sleep(2.0)
+        clock.observe(server_at(2.0, 4.0))  # a step: the window starts again
+        await first
+        assert woke == [pytest.approx(6.0, abs=0.01)]
+        await asyncio.sleep(1.0)
+        assert not second.done()
+        clock.observe(server_at(loop.time(), 30.0))  # the server 30 s on: past the second's instant
+        await second
+        assert woke[1] == pytest.approx(woke[0] + 1.0)
+
+    try:
+        loop.run_until_complete(scenario())
+    finally:
+        loop.close()
+
+
+def test_each_estimate_is_the_intersection_of_the_window_it_keeps() -> None:
+    """Bounds kept from one sample to the next are the ones the window's samples give, read
+    afresh: over steps of the server's clock (resets), old samples leaving the window, wide
+    and refused round trips."""
+    import random
+
+    rng = random.Random(5)
+    estimator = OffsetEstimator(window=60.0)
+    elapsed, offset = 0.0, 0.0
+    for _ in range(2000):
+        elapsed += rng.choice([0.5, 5.0, 20.0])
+        if rng.random() < 0.02:
+            offset += rng.uniform(-30.0, 30.0)  # a step: the window starts again
+        trip = rng.choice([0.001, 0.004, 0.5, MAX_ROUND_TRIP + 1.0])
+        stamped = elapsed + rng.uniform(0.0, trip)
+        estimate = estimator.add(sample(elapsed, elapsed + trip, stamped=stamped + offset))
+        kept = list(estimator._samples)
+        assert estimate is not None
+        assert estimate.low == max(s.server - s.acked for s in kept)
+        assert estimate.high == min(s.server - s.sent for s in kept)
+        assert all(kept[-1].acked - s.acked <= 60.0 for s in kept)
+        elapsed += trip
+    assert estimator.resets > 10

@@ -9,14 +9,18 @@ same trace, byte for byte.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import subprocess
 import sys
 
 import pytest
 
+from nats_scheduler.simulation import __main__ as command
+from nats_scheduler.simulation import run
 from nats_scheduler.simulation.mutations import MUTATIONS
 from nats_scheduler.simulation.run import run_seed
+from nats_scheduler.simulation.scenario import Outcome
 
 OUTAGE_TAKEOVER = ("a store outage longer than a lease: the first replica to read the lease "
                    "after it took the Run from its live holder (now a gap in a reader's "
@@ -82,6 +86,50 @@ def test_a_seed_replays_its_trace_byte_for_byte() -> None:
     assert lines[:-1] == again[:-1]  # the last line says how long it took
     assert lines[-1].startswith("simulation: seeds=1 simulated_hours=0.25 runs=")
     assert " violations=0 " in lines[-1]
+
+
+def test_seeds_run_by_worker_processes_print_what_one_process_prints() -> None:
+    args = ("--seed", "5", "--seeds", "3", "--hours", "0.25", "--trace")
+    alone, shared = simulate(*args, "--jobs", "1"), simulate(*args, "--jobs", "2")
+    assert alone.returncode == shared.returncode == 0, shared.stderr[-2000:]
+    lines, again = alone.stdout.splitlines(), shared.stdout.splitlines()
+    assert len(lines) > 300
+    assert lines[:-1] == again[:-1]
+    assert lines[-1].split(" wall_seconds=")[0] == again[-1].split(" wall_seconds=")[0]
+    failing = simulate("--seeds", "2", "--hours", "0.25", "--mutation", "lease-without-cas",
+                       "--jobs", "2")
+    assert failing.returncode == 1
+    named = [line.split(":")[0] for line in failing.stdout.splitlines()
+             if line.startswith("seed ")]
+    assert named == ["seed 0", "seed 1"]
+
+
+_FORK = multiprocessing.get_context("fork")
+_BOTH = _FORK.Barrier(2, timeout=60)
+_SEED_1_DONE = _FORK.Event()
+
+
+def _fake_seed(seed: int, **kwargs: object) -> Outcome:
+    """A seed in a worker (forked: it shares the barrier and the event): its process ID as
+    its Runs."""
+    if seed < 2:
+        _BOTH.wait()
+    if seed == 0:
+        assert _SEED_1_DONE.wait(timeout=60)
+    if seed == 1:
+        _SEED_1_DONE.set()
+    return Outcome(seed, 1.0, os.getpid(), 0, [])
+
+
+def test_worker_processes_run_seeds_at_once_and_hand_them_back_in_seed_order(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both workers are inside a seed at the same moment (a barrier of two), and seed 0 ends
+    only after seed 1 has: the outcomes still come in seed order."""
+    monkeypatch.setattr(run, "run_seed", _fake_seed)
+    outcomes = list(command._outcomes(range(4), 2, hours=1.0))
+    assert [o.seed for o in outcomes] == [0, 1, 2, 3]
+    assert os.getpid() not in {o.runs for o in outcomes}
+    assert len({outcomes[0].runs, outcomes[1].runs}) == 2
 
 
 def test_the_command_names_a_failing_seed_and_how_to_replay_it() -> None:

@@ -109,8 +109,11 @@ class OffsetEstimator:
             # elapsed time, after a suspend) stepped; only the new sample is true now
             self._samples.clear()
             self.resets += 1
+            current = None
         self._samples.append(sample)
-        self._estimate = self._compute()
+        bounds = (low, high) if current is None else (max(current[0], low),
+                                                      min(current[1], high))
+        self._estimate = self._compute(bounds)
         return self._estimate
 
     def _bounds(self) -> tuple[float, float] | None:
@@ -119,9 +122,9 @@ class OffsetEstimator:
         return (max(s.server - s.acked for s in self._samples),
                 min(s.server - s.sent for s in self._samples))
 
-    def _compute(self) -> Estimate:
-        bounds = self._bounds()
-        assert bounds is not None
+    def _compute(self, bounds: tuple[float, float]) -> Estimate:
+        """The estimate from the window's ``bounds`` (its samples' intersection, the
+        newest sample included: computed by :meth:`add` from the window's before it)."""
         low, high = bounds
         newest = self._samples[-1]
         # the wall clock's own offset from the server, from the newest sample alone: the

@@ -138,7 +138,12 @@ class MemoryStore:
 
     @property
     def is_down(self) -> bool:
-        return self._down_until is not None and self.clock.now() < self._down_until
+        if self._down_until is None:
+            return False
+        if self.clock.now() < self._down_until:
+            return True
+        self._down_until = None  # up again: no clock read per operation until the next
+        return False
 
     async def operation(self) -> None:
         """Every operation's moment: its latency, and StoreDown while the store is down."""

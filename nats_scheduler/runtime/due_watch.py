@@ -44,6 +44,12 @@ PASS_OFFSET = 40.0
 
 Owns = Callable[[str, datetime], bool]
 
+_CHANGE_MARGIN = timedelta(seconds=CHANGE_MARGIN)
+
+_Window = tuple[datetime, datetime, datetime, dict[tuple[str, str], tuple[datetime, ...]]]
+"""A pass's window ``(lo, hi]``; the instant a Schedule changed at or before is judged
+from ``lo`` (``lo`` less the change's margin); the due times in the window by calendar."""
+
 
 @functools.lru_cache(maxsize=4096)
 def _dues(cron: str, timezone: str, lo: datetime, hi: datetime) -> tuple[datetime, ...]:
@@ -95,8 +101,9 @@ class DueWatch:
             return
         skipped: dict[str, int] = {}
         unknown: list[tuple[str, datetime]] = []
+        window: _Window = (lo, hi, lo - _CHANGE_MARGIN, {})
         for record in self._table.live():
-            self._judge(record, lo, hi, skipped, unknown)
+            self._judge(record, window, skipped, unknown)
         missing = await self._missing(unknown)
         for reason, count in skipped.items():
             self._metrics.due_times_skipped(reason, count)
@@ -107,13 +114,26 @@ class DueWatch:
                         deployment_id)
         self._mark = hi
 
-    def _judge(self, record: ScheduleRecord, lo: datetime, hi: datetime,
-               skipped: dict[str, int], unknown: list[tuple[str, datetime]]) -> None:
-        start = max(lo, record.updated_at + timedelta(seconds=CHANGE_MARGIN))
-        if start >= hi:
+    def _judge(self, record: ScheduleRecord, window: _Window, skipped: dict[str, int],
+               unknown: list[tuple[str, datetime]]) -> None:
+        """Judge ``record``'s due times in the window, from ``lo`` or its change's margin
+        if later (most Schedules: unchanged, from ``lo``, their calendar's due times looked
+        up once per pass)."""
+        lo, hi, unchanged_by, calendars = window
+        if record.updated_at <= unchanged_by:  # from lo: max(lo, updated_at + margin)
+            key = (record.cron, record.timezone)
+            found = calendars.get(key)
+            if found is None:
+                found = calendars[key] = _dues(record.cron, record.timezone, lo, hi)
+        else:
+            start = record.updated_at + _CHANGE_MARGIN
+            if start >= hi:
+                return
+            found = _dues(record.cron, record.timezone, start, hi)
+        if not found:
             return
         dep = record.deployment_id
-        dues = [d for d in _dues(record.cron, record.timezone, start, hi) if self._owns(dep, d)]
+        dues = [d for d in found if self._owns(dep, d)]
         if not dues:
             return
         if not record.active:

@@ -92,13 +92,15 @@ class Cluster:
     handler: SimHandler
     now: Callable[[], datetime]
     trace: Callable[[str], None]
+    time: Callable[[], float] | None = None
+    """The loop's ``time``, for the replicas' clocks (:class:`~.loop.SimClock`)."""
     replicas: list[Replica] = field(default_factory=list)
     beat_seconds: float = 5.0
     _generation: int = 0
     _paused_by_owner: dict[str, asyncio.Event] = field(default_factory=dict)
 
     def add(self, skew: float) -> Replica:
-        replica = Replica(identity=f"r{len(self.replicas)}", clock=SimClock(skew))
+        replica = Replica(identity=f"r{len(self.replicas)}", clock=SimClock(skew, self.time))
         self.replicas.append(replica)
         return replica
 

@@ -72,7 +72,8 @@ class Scenario:
         self.lines: list[str] = []
         self._tracing = trace
         rng = self.rng
-        self.store = MemoryStore(clock=StoreClock(),
+        self._time = asyncio.get_running_loop().time
+        self.store = MemoryStore(clock=StoreClock(self._time),
                                  latency=lambda: rng.uniform(0.0005, 0.004),
                                  feed_delay=lambda: self._feed_delay * rng.random(),
                                  lose_answer=lambda: rng.random() < 0.002,
@@ -80,7 +81,8 @@ class Scenario:
         self._feed_delay = 0.01
         self.handler = SimHandler(random.Random(rng.random()), self.store.now,
                                   trace=self.trace if trace else (lambda line: None))
-        self.cluster = Cluster(self.store, self.handler, now=self.store.now, trace=self.trace)
+        self.cluster = Cluster(self.store, self.handler, now=self.store.now, trace=self.trace,
+                               time=self._time)
         self.store.gate = self.cluster.gate
         for _ in range(replicas):
             self.cluster.add(skew=rng.choice([0.0, 0.0, rng.uniform(-30, 30)]))
@@ -91,7 +93,7 @@ class Scenario:
 
     def trace(self, line: str) -> None:
         if self._tracing:
-            self.lines.append(f"{asyncio.get_running_loop().time():12.6f} {line}")
+            self.lines.append(f"{self._time():12.6f} {line}")
 
     # ------------------------------------------------------------------ the run
 
