@@ -144,12 +144,21 @@ def _before(boundary: datetime, what: str) -> None:
         raise Late(f"{what} ended {left:.1f} s before the boundary {boundary.isoformat()}")
 
 
+async def _state(replica: ReplicaProcess, run_id: str) -> str | None:
+    """The Run's state, or the error that says it is not stored yet."""
+    answer = await replica.send("get_run", run_id=run_id, check=False)
+    if not answer.get("ok"):
+        if "RunNotFound" in str(answer.get("error")):
+            return None
+        raise RuntimeError(f"get_run {run_id}: {answer.get('error')}")
+    return (answer["run"] or {}).get("state")
+
+
 async def _dispatched(replica: ReplicaProcess, run_ids: list[str], timeout: float) -> None:
     """Poll (with a deadline) until every Run is stored and dispatched."""
     deadline = time.monotonic() + timeout
     while True:
-        states = [((await replica.send("get_run", run_id=rid))["run"] or {}).get("state")
-                  for rid in run_ids]
+        states = [await _state(replica, rid) for rid in run_ids]
         if all(state == "dispatched" for state in states):
             return
         if time.monotonic() > deadline:
