@@ -8,6 +8,7 @@ Sections (append new ones at the end, e.g. provider fixtures):
 4. replica processes: the shared handler file and a replica set on it
 5. the nats CLI (built with Go, cached) and jq, which the audit guide's commands use
 6. the scenario on real minutes, started with the session so its minutes overlap the rest
+7. the order of the tests, and the lane of the tests that wait for real minute boundaries
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import pytest
 
 from nats_scheduler.natsserver.process import NatsServer
 from tests.harness.cluster import NatsCluster
+from tests.harness.lane import MARKER as LANE_MARKER
+from tests.harness.lane import Lane, LaneItem, in_lane, write_report
 from tests.harness.minute_account import SharedScenario
 from tests.harness.natscli import INSTALL_HINT as NATS_CLI_HINT
 from tests.harness.natscli import VERSION as NATS_CLI_VERSION
@@ -216,12 +219,14 @@ def _minutes_folder(config: pytest.Config) -> Path:
 def pytest_collection_finish(session: pytest.Session) -> None:
     if any(item.nodeid.startswith(MINUTES_TEST) for item in session.items):
         session.config.stash[_MINUTES] = SharedScenario(_minutes_folder(session.config))
+    _start_lane(session)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     scenario = session.config.stash.get(_MINUTES, None)
     if scenario is not None:
         scenario.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+    _finish_lane(session, exitstatus)
 
 
 @pytest.fixture(scope="session")
@@ -232,3 +237,49 @@ def real_minutes(request: pytest.FixtureRequest) -> dict[str, object]:
         scenario = request.config.stash[_MINUTES] = SharedScenario(
             _minutes_folder(request.config))
     return scenario.result()
+
+
+# =========================================================================== 7. order and lane
+#
+# Tests marked ``wall_clock`` wait for real minute boundaries: they run in one more pytest
+# process beside the workers (``tests/harness/lane.py``), started at the end of collection
+# like the scenario above, and each worker holds a ``LaneItem`` in their place that reports
+# the lane's outcome. Only when other tests are collected too (alone, they run in-process).
+# The order given to the workers: the ``slow`` tests first (so no long one starts last), the
+# lane's items and the real-minutes test last (their results come from the background).
+
+_LANE = pytest.StashKey[Lane]()
+
+
+def _lane_folder(config: pytest.Config) -> Path:
+    return _minutes_folder(config).with_name("wall-clock-lane")
+
+
+def _runs_late(item: pytest.Item) -> bool:
+    return isinstance(item, LaneItem) or item.nodeid.startswith(MINUTES_TEST)
+
+
+@pytest.hookimpl(trylast=True)  # after -k/-m deselected what they deselect
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not in_lane() and not all(i.get_closest_marker(LANE_MARKER) for i in items):
+        items[:] = [LaneItem.of(i, _LANE) if i.get_closest_marker(LANE_MARKER) else i
+                    for i in items]
+    items.sort(key=lambda i: (_runs_late(i), i.get_closest_marker("slow") is None))
+
+
+def _start_lane(session: pytest.Session) -> None:
+    nodeids = [i.nodeid for i in session.items if isinstance(i, LaneItem)]
+    if nodeids:
+        session.config.stash[_LANE] = Lane(_lane_folder(session.config), nodeids)
+
+
+def _finish_lane(session: pytest.Session, exitstatus: int) -> None:
+    lane = session.config.stash.get(_LANE, None)
+    if lane is not None:
+        lane.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if in_lane():
+        write_report(report)

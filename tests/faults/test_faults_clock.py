@@ -193,6 +193,7 @@ SCENARIOS: dict[str, type[Scenario]] = {
 }
 
 
+@pytest.mark.wall_clock
 async def test_replicas_whose_clocks_are_wrong_or_stepped_fire_by_the_servers_clock(
     nats_url: str, tmp_path: Path,
 ) -> None:
