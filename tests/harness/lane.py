@@ -1,21 +1,25 @@
-"""The wall-clock lane: tests that wait for real minute boundaries, run beside the suite.
+"""The wall-clock lane: tests whose time is the wall clock's, run beside the suite's workers.
 
-A test marked ``wall_clock`` spends most of its time waiting for the next real minute
-boundary (up to a minute), its processes idle. Under ``pytest -n 2`` such a wait holds one of
-the two workers for that long. Instead, the first process of the run to claim the lane's
-folder (shared by the run's workers, as for the real-minutes scenario) starts one more
-pytest run, ``python -m pytest -n N NODEID ...``, at the end of collection: it runs every
-such test whole, side by side (``LANE_WORKERS``) so their waits for a boundary overlap,
-with its own fixtures (its own session server per process), while the workers run the
-rest. In the workers each such test is a
-:class:`LaneItem` in the same place of the collection, with the same node ID, which waits
-for that test's reports from the lane (``results.jsonl``, one JSON line per phase) and
-fails with the lane's failure text, skips with its reason, or passes: nothing is judged
-twice or not at all. These items are put last in the collection, so by the time a worker
-reaches them the lane has usually reported them.
+A test marked ``wall_clock`` spends most of its time waiting on real time with little CPU:
+``wall_clock(boundary=True)`` for the next real minute boundary (up to a minute), plain
+``wall_clock`` for the provider's own timers (a settle window, leases running out, an
+election, a connect time-out). Under ``pytest -n 2`` each such wait holds one of the two
+workers. Instead, the first process of the run to claim the lane's folder (shared by the
+run's workers, as for the real-minutes scenario) starts one more pytest run,
+``python -m pytest -n N NODEID ...``, at the end of collection: it runs every such test
+whole, side by side (``LANE_WORKERS`` processes, each with its own session server), while
+the workers run the rest. The boundary tests come first, one per lane process (``order``),
+so that their waits for a boundary overlap: one after another, each would start just after
+the boundary the one before it ended on and wait almost a whole minute.
+
+In the workers each such test is a :class:`LaneItem` in the same place of the collection,
+with the same node ID, which waits for that test's reports from the lane
+(``results.jsonl``, one JSON line per phase) and fails with the lane's failure text, skips
+with its reason, or passes: nothing is judged twice or not at all. These items are put last
+in the collection, so by the time a worker reaches them the lane has usually reported them.
 
 The lane process itself (``LANE_ENV`` set) runs the tests it was given as ordinary tests
-and writes their reports (``write_report``).
+and its controlling process writes their reports (``write_report``).
 """
 
 from __future__ import annotations
@@ -37,12 +41,29 @@ LANE_ENV = "NATS_SCHED_WALL_CLOCK_LANE"
 MARKER = "wall_clock"
 
 LANE_WORKERS = 6
-"""The lane's tests run side by side (one process each, up to this many), so that they wait
-for the same boundaries: one after another, each would start just after the boundary the
-one before it ended on and wait almost a whole minute."""
+"""Processes of the lane: one per boundary test (there are six), the timer tests after them."""
 
 LANE_SECONDS = 600.0
 """The longest the lane may take (its tests take about a minute and a half together)."""
+
+
+def boundary(item: pytest.Item) -> bool:
+    marker = item.get_closest_marker(MARKER)
+    return marker is not None and bool(marker.kwargs.get("boundary"))
+
+
+def order(items: list[pytest.Item]) -> list[str]:
+    """The lane's node IDs: each boundary test followed by a timer test, so that xdist's
+    first chunks (two tests per process) give every process one boundary test to start
+    with; the other timer tests after them, to whichever process is free."""
+    boundaries = [i.nodeid for i in items if boundary(i)]
+    timers = [i.nodeid for i in items if not boundary(i)]
+    paired: list[str] = []
+    for index, nodeid in enumerate(boundaries):
+        paired.append(nodeid)
+        if index < len(timers):
+            paired.append(timers[index])
+    return paired + timers[len(boundaries):]
 
 
 def in_lane() -> bool:
@@ -57,7 +78,10 @@ def write_report(report: pytest.TestReport) -> None:
     line = {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
             "duration": report.duration,
             "longrepr": report.longreprtext if report.longrepr is not None else "",
-            "sections": [[title, text] for title, text in report.sections]}
+            # the captured output and server logs only of what failed: a result file, not
+            # the lane's whole output
+            "sections": ([[title, text] for title, text in report.sections]
+                         if report.failed else [])}
     if report.skipped and isinstance(report.longrepr, tuple):
         line["longrepr"] = str(report.longrepr[2])
     with open(out, "a", encoding="utf-8") as sink:
@@ -68,7 +92,7 @@ class Lane:
     """The lane of one run: started by the first process to create ``folder``; every
     process reads its results file."""
 
-    def __init__(self, folder: Path, nodeids: list[str]) -> None:
+    def __init__(self, folder: Path, items: list[pytest.Item]) -> None:
         from .replicas import REPO_ROOT
 
         self.folder = folder
@@ -80,6 +104,7 @@ class Lane:
         except FileExistsError:
             return
         self.results.touch()
+        nodeids = order(items)
         env = {**os.environ, LANE_ENV: str(self.results)}
         env.pop("PYTEST_XDIST_WORKER", None)
         env.pop("PYTEST_XDIST_WORKER_COUNT", None)
