@@ -316,8 +316,9 @@ def _start_lane(session: pytest.Session) -> None:
 
 def _finish_lane(session: pytest.Session, exitstatus: int) -> None:
     lane = session.config.stash.get(_LANE, None)
-    if lane is not None:
-        lane.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+    if lane is not None:  # stopped early too (-x, --maxfail): nobody waits for the lane
+        lane.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED
+                    or bool(session.shouldstop))
 
 
 @pytest.hookimpl(trylast=True)

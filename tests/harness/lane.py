@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -40,8 +41,10 @@ LANE_ENV = "NATS_SCHED_WALL_CLOCK_LANE"
 
 MARKER = "wall_clock"
 
-LANE_WORKERS = 6
-"""Processes of the lane: one per boundary test (there are six), the timer tests after them."""
+LANE_WORKERS = 4
+"""Processes of the lane. Four of the six boundary tests share the first boundary, the other
+two the next; more processes would save that minute but crowd the two cores at the start,
+when the workers are busy too (the lane takes about two minutes, the workers about three)."""
 
 LANE_SECONDS = 600.0
 """The longest the lane may take (its tests take about a minute and a half together)."""
@@ -54,8 +57,8 @@ def boundary(item: pytest.Item) -> bool:
 
 def order(items: list[pytest.Item]) -> list[str]:
     """The lane's node IDs: each boundary test followed by a timer test, so that xdist's
-    first chunks (two tests per process) give every process one boundary test to start
-    with; the other timer tests after them, to whichever process is free."""
+    first chunks (two tests per process) give each process one boundary test to start with;
+    the rest after them, to whichever process is free."""
     boundaries = [i.nodeid for i in items if boundary(i)]
     timers = [i.nodeid for i in items if not boundary(i)]
     paired: list[str] = []
@@ -116,18 +119,33 @@ class Lane:
                 cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=sink,
                 stderr=subprocess.STDOUT)
 
-    def reports(self, nodeid: str) -> list[dict[str, Any]]:
-        found = []
-        with contextlib.suppress(FileNotFoundError):
-            for text in self.results.read_text(encoding="utf-8").splitlines():
-                line = json.loads(text)
-                if line["nodeid"] == nodeid:
-                    found.append(line)
-        return found
+    def _lines(self) -> list[dict[str, Any]]:
+        """Every complete line of the results (a line being written is left for later)."""
+        try:
+            text = self.results.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        complete = text[: text.rfind("\n") + 1]
+        return [json.loads(line) for line in complete.splitlines() if line]
 
-    def ended(self) -> bool:
-        """Whether the lane's process is known to have ended (only its owner knows)."""
-        return self.proc is not None and self.proc.poll() is not None
+    def reports(self, nodeid: str) -> list[dict[str, Any]]:
+        return [line for line in self._lines() if line["nodeid"] == nodeid]
+
+    def ended(self) -> int | None:
+        """The lane's exit code once it has ended, else None: its owner sees the process
+        end and writes it to the results, where the other processes of the run read it."""
+        if self.proc is not None:
+            code = self.proc.poll()
+            if code is not None:
+                self._write_end(code)
+            return code
+        ends = [line["exit"] for line in self._lines() if line["when"] == "ended"]
+        return ends[0] if ends else None
+
+    def _write_end(self, code: int) -> None:
+        if not any(line["when"] == "ended" for line in self._lines()):
+            with open(self.results, "a", encoding="utf-8") as sink:
+                sink.write(json.dumps({"nodeid": "", "when": "ended", "exit": code}) + "\n")
 
     def wait(self, nodeid: str, timeout: float = LANE_SECONDS) -> list[dict[str, Any]]:
         """The test's reports once its teardown is reported (polled, with a deadline)."""
@@ -136,13 +154,13 @@ class Lane:
             found = self.reports(nodeid)
             if any(r["when"] == "teardown" for r in found):
                 return found
-            if self.ended():  # its last lines are written before it exits
+            code = self.ended()
+            if code is not None:  # its last lines are written before it exits
                 found = self.reports(nodeid)
                 if any(r["when"] == "teardown" for r in found):
                     return found
-                raise AssertionError(
-                    f"the wall-clock lane ended (exit {self.proc.returncode if self.proc else '?'})"
-                    f" without reporting {nodeid}:\n{self.log_tail()}")
+                raise AssertionError(f"the wall-clock lane ended (exit {code}) without "
+                                     f"reporting {nodeid}:\n{self.log_tail()}")
             if time.monotonic() > deadline:
                 raise AssertionError(f"no report of {nodeid} from the wall-clock lane in "
                                      f"{timeout:.0f} s:\n{self.log_tail()}")
@@ -155,19 +173,21 @@ class Lane:
 
     def finish(self, interrupted: bool) -> None:
         """At the end of the owner's session: let the lane end (other workers may still wait
-        for it) unless the run was interrupted; stop it by its PID otherwise."""
+        for it) unless the run was interrupted or stopped early; then interrupt it as Ctrl-C
+        would (its tests tear down), by its PID, and kill it if it does not end."""
         if self.proc is None:
             return
         if not interrupted:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(LANE_SECONDS)
         if self.proc.poll() is None:
-            self.proc.terminate()
+            self.proc.send_signal(signal.SIGINT)
             try:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+        self._write_end(self.proc.returncode)
 
 
 class LaneFailure(AssertionError):
