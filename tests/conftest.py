@@ -8,6 +8,7 @@ Sections (append new ones at the end, e.g. provider fixtures):
 4. replica processes: the shared handler file and a replica set on it
 5. the nats CLI (built with Go, cached) and jq, which the audit guide's commands use
 6. the scenario on real minutes, started with the session so its minutes overlap the rest
+7. the order of the tests, and the lane of the tests that wait for real minute boundaries
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import pytest
 
 from nats_scheduler.natsserver.process import NatsServer
 from tests.harness.cluster import NatsCluster
+from tests.harness.lane import MARKER as LANE_MARKER
+from tests.harness.lane import Lane, LaneItem, in_lane, write_report
 from tests.harness.minute_account import SharedScenario
 from tests.harness.natscli import INSTALL_HINT as NATS_CLI_HINT
 from tests.harness.natscli import VERSION as NATS_CLI_VERSION
@@ -194,13 +197,16 @@ def jq() -> str:
 # =========================================================================== 6. real minutes
 #
 # The account of due times across real minute boundaries (``tests/harness/minute_account.py``)
-# needs about five and a half minutes of wall time, mostly waiting for the minutes to pass.
-# When its test is collected, the scenario starts as a child process as soon as collection
-# ends, so those minutes overlap the rest of the suite; the test waits for its result. Under
-# pytest-xdist every worker collects the test, and the first to claim the run's shared folder
-# (beside the workers' own temporary folders) starts the one scenario; the test reads its
-# result wherever it runs. The owner's session lets it end (or stops it by its PID when the
-# run is interrupted).
+# needs three and a half to four and a half minutes of wall time, mostly waiting for the
+# minutes to pass. When its test is collected, the scenario starts as a child process as soon
+# as collection ends, so those minutes overlap the rest of the suite; the test waits for its
+# result. Under pytest-xdist every worker collects the test, and the first to claim the run's
+# shared folder (beside the workers' own temporary folders) starts the one scenario; the test
+# reads its result wherever it runs. The owner's session lets it end (or stops it by its PID
+# when the run is interrupted). Sooner still, the xdist controller starts it when the run is
+# configured, before the workers have even started (their collection takes 10 to 25 s), when
+# the arguments name the test's file or a folder holding it and nothing narrows the
+# selection; it stops it again if the workers did not collect the test after all.
 
 MINUTES_TEST = "tests/test_whole_account_on_real_minutes.py"
 _MINUTES = pytest.StashKey[SharedScenario]()
@@ -213,15 +219,54 @@ def _minutes_folder(config: pytest.Config) -> Path:
     return (base.parent if hasattr(config, "workerinput") else base) / "minute-account"
 
 
+def _controls_workers(config: pytest.Config) -> bool:
+    """Whether this is the pytest-xdist controller of a run with workers."""
+    return (not hasattr(config, "workerinput") and config.getoption("dist", "no") != "no"
+            and bool(config.getoption("tx", None)))
+
+
+def _named(config: pytest.Config, path: str) -> bool:
+    """Whether the run's arguments name ``path`` or a folder holding it, with nothing that
+    narrows the selection (``-k``, ``-m``, ``--lf``, ``--deselect``, collect-only)."""
+    if (config.option.keyword or config.option.markexpr or config.getoption("lf", False)
+            or config.getoption("deselect", None) or config.option.collectonly):
+        return False
+    base = (config.rootpath if config.args_source == pytest.Config.ArgsSource.TESTPATHS
+            else config.invocation_params.dir)
+    target = (config.rootpath / path).resolve()
+    for arg in config.args:
+        named = (base / arg.split("::")[0]).resolve()
+        if named == target or named in target.parents:
+            return True
+    return False
+
+
+@pytest.hookimpl(trylast=True)  # after the temporary folders are configured
+def pytest_configure(config: pytest.Config) -> None:
+    if _controls_workers(config) and _named(config, MINUTES_TEST):
+        config.stash[_MINUTES] = SharedScenario(_minutes_folder(config))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: object, ids: list[str]) -> None:
+    """In the controller: a scenario started for a test the workers did not collect ends."""
+    config: pytest.Config = node.config  # type: ignore[attr-defined]
+    scenario = config.stash.get(_MINUTES, None)
+    if scenario is not None and not any(i.startswith(MINUTES_TEST) for i in ids):
+        scenario.finish(interrupted=True)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     if any(item.nodeid.startswith(MINUTES_TEST) for item in session.items):
         session.config.stash[_MINUTES] = SharedScenario(_minutes_folder(session.config))
+    _start_lane(session)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     scenario = session.config.stash.get(_MINUTES, None)
     if scenario is not None:
         scenario.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+    _finish_lane(session, exitstatus)
 
 
 @pytest.fixture(scope="session")
@@ -232,3 +277,51 @@ def real_minutes(request: pytest.FixtureRequest) -> dict[str, object]:
         scenario = request.config.stash[_MINUTES] = SharedScenario(
             _minutes_folder(request.config))
     return scenario.result()
+
+
+# =========================================================================== 7. order and lane
+#
+# Tests marked ``wall_clock`` wait on real time with little CPU (a real minute boundary, the
+# provider's timers): they run in one more pytest run beside the workers
+# (``tests/harness/lane.py``), started at the end of collection like the scenario above,
+# and each worker holds a ``LaneItem`` in their place that reports the lane's outcome; only
+# when other tests are collected too (alone, they run in-process).
+# The order given to the workers: the ``slow`` tests first (so no long one starts last), the
+# lane's items and the real-minutes test last (their results come from the background).
+
+_LANE = pytest.StashKey[Lane]()
+
+
+def _lane_folder(config: pytest.Config) -> Path:
+    return _minutes_folder(config).with_name("wall-clock-lane")
+
+
+def _runs_late(item: pytest.Item) -> bool:
+    return isinstance(item, LaneItem) or item.nodeid.startswith(MINUTES_TEST)
+
+
+@pytest.hookimpl(trylast=True)  # after -k/-m deselected what they deselect
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not in_lane() and not all(i.get_closest_marker(LANE_MARKER) for i in items):
+        items[:] = [LaneItem.of(i, _LANE) if i.get_closest_marker(LANE_MARKER) else i
+                    for i in items]
+    items.sort(key=lambda i: (_runs_late(i), i.get_closest_marker("slow") is None))
+
+
+def _start_lane(session: pytest.Session) -> None:
+    originals = [i.original for i in session.items if isinstance(i, LaneItem)]
+    if originals:
+        session.config.stash[_LANE] = Lane(_lane_folder(session.config), originals)
+
+
+def _finish_lane(session: pytest.Session, exitstatus: int) -> None:
+    lane = session.config.stash.get(_LANE, None)
+    if lane is not None:  # stopped early too (-x, --maxfail): nobody waits for the lane
+        lane.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED
+                    or bool(session.shouldstop))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if in_lane():
+        write_report(report)

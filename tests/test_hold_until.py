@@ -61,6 +61,7 @@ def next_boundary(now: datetime) -> datetime:
     return (now + timedelta(seconds=63)).replace(second=0, microsecond=0)
 
 
+@pytest.mark.wall_clock(boundary=True)
 async def test_the_hold_lifts_itself_at_its_end_and_the_due_time_there_fires(
         nats_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     prefix = unique_prefix()

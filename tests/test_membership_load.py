@@ -109,6 +109,7 @@ def next_boundary(after: float) -> datetime:
     return datetime.fromtimestamp((int(after) // 60 + 1) * 60, UTC)
 
 
+@pytest.mark.wall_clock(boundary=True)
 async def test_a_replica_whose_event_loop_is_saturated_never_fires_the_others_due_times(
     replicas: ReplicaSet, handler: SqliteRunHandler,
 ) -> None:

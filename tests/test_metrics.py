@@ -187,6 +187,7 @@ async def test_the_host_clocks_offset_from_the_stores_is_a_gauge(nats_url: str) 
         await eventually(measured, timeout=10)
 
 
+@pytest.mark.wall_clock
 async def test_store_errors_are_counted_by_kind(tmp_path: Path) -> None:
     server = NatsServer(tmp_path / "nats", server_name="metrics-store")
     server.start()

@@ -157,6 +157,7 @@ async def test_three_replicas_storming_the_same_due_times_make_one_run_and_one_s
     await eventually(same_history_everywhere, timeout=10)
 
 
+@pytest.mark.wall_clock(boundary=True)
 @pytest.mark.timeout(200)
 async def test_three_replicas_fire_a_real_minute_boundary_once(
     replicas: ReplicaSet, handler: SqliteRunHandler,

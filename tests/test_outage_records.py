@@ -44,6 +44,7 @@ async def settled(provider: NatsSchedulerProvider) -> None:
     await asyncio.wait_for(runtime.outages.decided.wait(), WAIT)
 
 
+@pytest.mark.wall_clock
 async def test_a_start_after_every_replica_stopped_records_the_outage_once(
         nats_url: str) -> None:
     prefix = unique_prefix()
@@ -67,6 +68,7 @@ async def test_a_start_after_every_replica_stopped_records_the_outage_once(
     assert found[0].stored_at >= began + timedelta(seconds=SETTLE_SECONDS)
 
 
+@pytest.mark.wall_clock
 async def test_replicas_starting_together_after_an_outage_record_it_once(nats_url: str) -> None:
     prefix = unique_prefix()
     async with running(nats_url, prefix, identity="before") as before:
@@ -96,6 +98,7 @@ async def test_a_replica_on_a_hand_moved_clock_records_nothing(nats_url: str) ->
     assert await records(nats_url, prefix) == []
 
 
+@pytest.mark.wall_clock
 async def test_a_start_whose_first_requests_go_unanswered_still_records_the_outage(
         nats_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A replica busy loading a million Schedules when it joins saw its first requests time

@@ -179,6 +179,7 @@ async def test_a_stale_key_found_at_start_is_aged_by_the_servers_timestamps(join
     assert c.live() == ("replica-a", "replica-c")
 
 
+@pytest.mark.wall_clock
 async def test_self_is_always_live_and_the_last_membership_stays_with_the_server_gone(
         tmp_path) -> None:  # type: ignore[no-untyped-def]
     """With nothing read from the store a replica cannot tell who stopped: it keeps the last

@@ -93,6 +93,7 @@ async def test_a_due_time_during_the_load_fires_exactly_once(
         assert sum(len(handler.run_ids(f"dep-{i}")) for i in range(50)) == 50
 
 
+@pytest.mark.wall_clock
 async def test_the_admin_service_waits_and_the_replica_says_it_is_loading(
     nats_url: str, held_load: asyncio.Event,
 ) -> None:

@@ -41,6 +41,7 @@ def test_a_missing_previous_release_fails_saying_so(tmp_path: Path) -> None:
         release_commit(PREVIOUS_RELEASE, repo=tmp_path)
 
 
+@pytest.mark.wall_clock(boundary=True)
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 async def test_a_rolling_upgrade_from_the_previous_release_fires_each_due_time_once(

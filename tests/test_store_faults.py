@@ -47,6 +47,7 @@ def test_configure_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> Non
     assert provider.settings.servers == ["nats://127.0.0.1:1"]
 
 
+@pytest.mark.wall_clock
 async def test_start_against_unreachable_server_fails_within_ten_seconds() -> None:
     provider = NatsSchedulerProvider(settings(f"nats://127.0.0.1:{free_port()}", "X",
                                               connect_timeout=5.0))
@@ -97,6 +98,7 @@ async def test_start_is_idempotent_on_an_existing_store(nats_url: str) -> None:
         assert second.schedules.get("dep-1") is not None
 
 
+@pytest.mark.wall_clock
 async def test_outage_raises_unavailable_then_recovers_by_itself(tmp_path: Path) -> None:
     server = NatsServer(tmp_path / "n").start()
     try:

@@ -79,6 +79,7 @@ async def cli(*argv: str) -> dict:  # type: ignore[type-arg]
     return json.loads(await anyio.to_thread.run_sync(call))  # type: ignore[no-any-return]
 
 
+@pytest.mark.wall_clock(boundary=True)
 async def test_create_fire_run_now_replay_disable_delete(
     nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -193,6 +193,7 @@ SCENARIOS: dict[str, type[Scenario]] = {
 }
 
 
+@pytest.mark.wall_clock(boundary=True)
 async def test_replicas_whose_clocks_are_wrong_or_stepped_fire_by_the_servers_clock(
     nats_url: str, tmp_path: Path,
 ) -> None:
@@ -213,6 +214,7 @@ async def test_replicas_whose_clocks_are_wrong_or_stepped_fire_by_the_servers_cl
         await asyncio.gather(*(scenario.judge(due) for scenario in scenarios))
 
 
+@pytest.mark.wall_clock
 async def test_no_lease_is_taken_from_a_live_holder_whatever_the_clocks_say(
     replicas: ReplicaSet, handler: SqliteRunHandler,
 ) -> None:

@@ -68,6 +68,7 @@ async def runs_of(replica: ReplicaProcess, deployment: str) -> list[dict[str, ob
     return list((await replica.send("list_runs", deployment=deployment))["runs"])
 
 
+@pytest.mark.wall_clock
 async def test_misbehaving_handlers_end_every_run_within_its_budget(
     replicas: ReplicaSet, handler: SqliteRunHandler,
 ) -> None:
@@ -94,6 +95,7 @@ async def test_misbehaving_handlers_end_every_run_within_its_budget(
                              windows=replicas.windows())
 
 
+@pytest.mark.wall_clock
 async def test_a_stalled_event_loop_loses_its_runs_and_writes_nothing_after(
     replicas: ReplicaSet, handler: SqliteRunHandler,
 ) -> None:

@@ -48,6 +48,7 @@ def replica_url(server: NatsServer) -> str:
     return server.url
 
 
+@pytest.mark.wall_clock
 async def test_server_killed_and_restarted_mid_burst_loses_and_doubles_nothing(
     server: NatsServer, replicas: ReplicaSet, handler: SqliteRunHandler,
 ) -> None:
@@ -68,6 +69,7 @@ async def test_server_killed_and_restarted_mid_burst_loses_and_doubles_nothing(
                                    expected=burst.expected)
 
 
+@pytest.mark.wall_clock
 async def test_server_frozen_across_a_due_time_fires_it_once_when_it_wakes(
     server: NatsServer, replicas: ReplicaSet, handler: SqliteRunHandler,
 ) -> None:

@@ -1,15 +1,18 @@
 """The account of due times across real minute boundaries: a scenario that takes minutes.
 
 Four ``* * * * *`` Schedules on two replica processes (``tests.harness.replica``) of a
-private nats-server, then, one real minute boundary apart:
+private nats-server. The disturbances overlap on different Schedules, so four real minute
+boundaries cover them all:
 
-- B1: every Schedule fires. After it: ``toggle`` is disabled by AstraBox (``apply``,
-  version 2), ``held`` is held by an operator (the admin service), ``edited``'s cron becomes
-  ``*/2 * * * *``, and an operator asks a Run now of ``plain``.
-- B2: after it, ``toggle`` is enabled again and ``held`` released; then every replica
-  stops (gracefully).
-- B3, B4 pass with no provider process; two new replicas start after B4.
-- B5 fires again.
+- Before B1, once every Schedule is created (enabled): ``toggle`` is disabled by AstraBox
+  (``apply``, version 2) and ``held`` is held by an operator (the admin service).
+- B1: ``plain`` and ``edited`` fire; ``toggle`` is disabled and ``held`` held. Once their
+  Runs are dispatched: ``toggle`` is enabled again (version 3), ``held`` released,
+  ``edited``'s cron becomes every other minute (the parity of B4, so that B2 and B4 are due
+  times of the new cron and B3 is not), an operator asks a Run now of ``plain``; then every
+  replica stops (gracefully).
+- B2 and B3 pass with no provider process; two new replicas start after B3.
+- B4 fires for every Schedule.
 
 Then ``nats-scheduler explain DEPLOYMENT --since ... --json`` for each Schedule and
 ``nats-scheduler check --json``; last, the Run of ``plain``'s B1 is purged from the store (a
@@ -19,7 +22,7 @@ are asked again. Everything seen is written as one JSON object for the test
 what was done, so the expectations follow what happened rather than what was planned.
 
 The suite starts it in the background at the start of the session (``tests/conftest.py``,
-section 5) so its minutes pass while the other tests run; run alone::
+section 6) so its minutes pass while the other tests run; run alone::
 
     .venv/bin/python -m tests.harness.minute_account --out result.json
 """
@@ -43,15 +46,26 @@ from nats_scheduler.admin.client import AdminClient
 from nats_scheduler.names import Names, scheduled_run_id
 from nats_scheduler.natsserver.process import NatsServer
 
-from .replicas import ReplicaSet
+from .replicas import ReplicaProcess, ReplicaSet
 from .scenario import FAST_REPLICA, LEASE, schedule
 from .servers import connect_fast, unique_prefix
 from .shared_handler import SqliteRunHandler
 
 DEPLOYMENTS = ("plain", "toggle", "held", "edited")
-NEW_CRON = "*/2 * * * *"
-SCENARIO_SECONDS = 420.0
-"""The longest the whole scenario may take (it needs about five and a half minutes)."""
+SCENARIO_SECONDS = 330.0
+"""The longest the whole scenario may take (it needs three and a half to four and a half
+minutes: up to one to the first boundary, three across the others, then the questions)."""
+LAST_START_SECOND = 50
+"""A setup that starts later in its minute waits for the next one: the Schedules must be
+created and disturbed well before B1 (``CHANGE_MARGIN`` of the account, and the replicas
+must have planned them)."""
+MARGIN = 4.0
+"""Seconds that must be left between what is done and the boundary it must precede."""
+
+
+def every_other_minute(due: datetime) -> str:
+    """A cron of every other minute, ``due`` among its due times."""
+    return "*/2 * * * *" if due.minute % 2 == 0 else "1-59/2 * * * *"
 
 
 def _now() -> datetime:
@@ -120,51 +134,95 @@ async def run(result: dict[str, Any], work: Path) -> None:
                 raise
 
 
+class Late(RuntimeError):
+    """A step ended too close to the boundary it had to precede: the scenario is void."""
+
+
+def _before(boundary: datetime, what: str) -> None:
+    left = (boundary - _now()).total_seconds()
+    if left < MARGIN:
+        raise Late(f"{what} ended {left:.1f} s before the boundary {boundary.isoformat()}")
+
+
+async def _state(replica: ReplicaProcess, run_id: str) -> str | None:
+    """The Run's state, or the error that says it is not stored yet."""
+    answer = await replica.send("get_run", run_id=run_id, check=False)
+    if not answer.get("ok"):
+        if "RunNotFound" in str(answer.get("error")):
+            return None
+        raise RuntimeError(f"get_run {run_id}: {answer.get('error')}")
+    return (answer["run"] or {}).get("state")
+
+
+async def _dispatched(replica: ReplicaProcess, run_ids: list[str], timeout: float) -> None:
+    """Poll (with a deadline) until every Run is stored and dispatched."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = [await _state(replica, rid) for rid in run_ids]
+        if all(state == "dispatched" for state in states):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not dispatched within {timeout:.0f} s: "
+                               f"{dict(zip(run_ids, states, strict=True))}")
+        await asyncio.sleep(0.2)
+
+
 async def _scenario(url: str, prefix: str, names: Names, replicas: ReplicaSet,
                     result: dict[str, Any]) -> None:
-    if _now().second > 40:  # room before the first boundary for the applies
-        await _until(_next_boundary(_now()) + timedelta(seconds=3))
     first = await replicas.spawn("a", "b")
+    if _now().second > LAST_START_SECOND:  # room before the first boundary
+        await _until(_next_boundary(_now()) + timedelta(seconds=0.5))
     result["since"] = _now().isoformat()
+    b1 = _next_boundary(_now())
+    b2, b3, b4 = (b1 + timedelta(minutes=i) for i in (1, 2, 3))
+    result["boundaries"] = [b.isoformat() for b in (b1, b2, b3, b4)]
+    new_cron = result["new_cron"] = every_other_minute(b4)
     for dep in DEPLOYMENTS:
         await first[0].send("apply", schedule=schedule(dep, "* * * * *"))
-    b1 = _next_boundary(_now())
-    result["boundaries"] = [(b1 + timedelta(minutes=i)).isoformat() for i in range(5)]
-    b2, b4, b5 = (b1 + timedelta(minutes=i) for i in (1, 3, 4))
     nc = await connect_fast(url)
     try:
         client = AdminClient(nc, prefix, timeout=10.0)
-        await _until(b1 + timedelta(seconds=12))
         await first[1].send("apply", schedule=schedule("toggle", "* * * * *", version=2,
                                                        enabled=False))
         await client.hold("held", by="ana@ops", reason="db migration")
-        await first[0].send("apply", schedule=schedule("edited", NEW_CRON, version=2))
-        run_now = await client.run_now("plain", by="bob@ops", reason="a report for the board")
-        result["run_now"] = run_now.run_id
-        result["changed_after_b1"] = {dep: await _stamp_of_last(url, names, dep)
-                                      for dep in ("toggle", "held", "edited")}
-        await _until(b2 + timedelta(seconds=12))
+        result["off"] = {dep: await _stamp_of_last(url, names, dep)
+                         for dep in ("toggle", "held")}
+        _before(b1, "creating and disturbing the Schedules")
+
+        await _until(b1)
+        await _dispatched(first[0], [scheduled_run_id(dep, b1) for dep in ("plain", "edited")],
+                          timeout=30)
         await first[0].send("apply", schedule=schedule("toggle", "* * * * *", version=3))
         await client.release("held", by="ana@ops", reason="migration done")
-        result["changed_after_b2"] = {dep: await _stamp_of_last(url, names, dep)
-                                      for dep in ("toggle", "held")}
+        await first[0].send("apply", schedule=schedule("edited", new_cron, version=2))
+        run_now = await client.run_now("plain", by="bob@ops", reason="a report for the board")
+        result["run_now"] = run_now.run_id
+        result["on"] = {dep: await _stamp_of_last(url, names, dep)
+                        for dep in ("toggle", "held")}
+        result["edited_at"] = await _stamp_of_last(url, names, "edited")
+        await _dispatched(first[0], [run_now.run_id], timeout=30)
     finally:
         await nc.close()
-    await _until(b2 + timedelta(seconds=25))
     result["stopping"] = _now().isoformat()
     await replicas.stop_all()
     result["stopped"] = _now().isoformat()
-    await _until(b4 + timedelta(seconds=10))
+    _before(b2, "stopping every replica")
+
+    await _until(b3 + timedelta(seconds=2))
     result["starting"] = _now().isoformat()
-    await replicas.spawn("c", "d")
-    await _until(b5 + timedelta(seconds=15))
-    result["explain"] = {dep: await _cli(url, prefix, "explain", dep, "--since",
-                                         result["since"]) for dep in DEPLOYMENTS}
-    result["check"] = await _cli(url, prefix, "check", "--paging-sample", "0")
+    (again, _) = await replicas.spawn("c", "d")
+    await _until(b4)
+    await _dispatched(again, [scheduled_run_id(dep, b4) for dep in DEPLOYMENTS], timeout=40)
+
+    explains = [_cli(url, prefix, "explain", dep, "--since", result["since"])
+                for dep in DEPLOYMENTS]
+    *answers, result["check"] = await asyncio.gather(
+        *explains, _cli(url, prefix, "check", "--paging-sample", "0"))
+    result["explain"] = dict(zip(DEPLOYMENTS, answers, strict=True))
     await _forge_gap(url, names, b1, result)
-    result["forged_explain"] = await _cli(url, prefix, "explain", "plain", "--since",
-                                          result["since"])
-    result["forged_check"] = await _cli(url, prefix, "check", "--paging-sample", "0")
+    result["forged_explain"], result["forged_check"] = await asyncio.gather(
+        _cli(url, prefix, "explain", "plain", "--since", result["since"]),
+        _cli(url, prefix, "check", "--paging-sample", "0"))
     result["finished"] = _now().isoformat()
 
 
