@@ -87,7 +87,6 @@ async def explain(provider: NatsSchedulerProvider, expected: set[str]) -> str:
     return "\n".join(lines[:40])
 
 
-@pytest.mark.wall_clock
 async def test_killing_the_runs_leader_during_a_burst_loses_and_duplicates_nothing(
     nats_cluster: NatsCluster,
 ) -> None:
@@ -160,7 +159,6 @@ async def test_killing_the_runs_leader_during_a_burst_loses_and_duplicates_nothi
         print(f"burst finished {burst_after_kill:.1f} s after the leader was killed")
 
 
-@pytest.mark.wall_clock
 async def test_without_quorum_the_provider_is_unavailable_and_recovers_by_itself(
     nats_cluster: NatsCluster,
 ) -> None:

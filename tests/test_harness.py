@@ -156,7 +156,6 @@ async def _short_pause() -> None:
     await anyio.sleep(0.05)  # retry back-off between attempts, not a wait for a condition
 
 
-@pytest.mark.wall_clock
 @pytest.mark.anyio
 @pytest.mark.slow
 async def test_cluster_survives_stream_leader_kill(nats_cluster: NatsCluster) -> None:

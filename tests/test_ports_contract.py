@@ -242,10 +242,10 @@ class PortsContract:
             current = await b.ports.leases.current(run_id)
             assert current is not None and not b.ports.leases.expired(current[1])
             await asyncio.sleep(LEASE * 1.2)  # b does not look
+            counted_from = asyncio.get_running_loop().time()  # the count starts after this
             current = await b.ports.leases.current(run_id)
             assert current is not None and not b.ports.leases.expired(current[1])
             assert await b.ports.leases.acquire(run_id) is None
-            counted_from = asyncio.get_running_loop().time()
             # Read steadily until it expires: a lease length after the read above at the
             # soonest, and later when a loaded machine stalls the reader for half a lease
             # (its count starts again then, as it must). Bounded: it does expire.

@@ -152,7 +152,9 @@ async def test_schedule_changes_are_decided_once_the_table_is_loaded_before_the_
         clock.set(DUE + timedelta(seconds=5))
         await eventually(lambda: sum(replica.ledger.get(scheduled_run_id(s.deployment_id, DUE))
                                      is not None for s in wanted) == 19, timeout=20)
+        new_run = scheduled_run_id("dep-new", DUE)
+        await eventually(lambda: handler.run_ids("dep-new") == {new_run}, timeout=20)
         await replica.wait_idle(timeout=30)
         assert replica.ledger.get(scheduled_run_id("dep-1", DUE)) is None  # 11:00 now
         assert replica.ledger.get(scheduled_run_id("dep-0", DUE)) is None  # deleted
-        assert sorted(handler.run_ids("dep-new")) == [scheduled_run_id("dep-new", DUE)]
+        assert handler.run_ids("dep-new") == {new_run}

@@ -109,7 +109,6 @@ def replica_settings() -> dict[str, object]:
     return CLUSTERED
 
 
-@pytest.mark.wall_clock
 async def test_runs_leader_killed_during_a_burst_loses_and_doubles_nothing(
     nats_cluster: NatsCluster, replicas: ReplicaSet, handler: SqliteRunHandler,
 ) -> None:
@@ -148,7 +147,6 @@ def proxied_cluster(tmp_path: Path) -> Iterator[tuple[NatsCluster, TcpProxy]]:
         proxy.close()
 
 
-@pytest.mark.wall_clock
 async def test_a_node_partitioned_and_healed_loses_and_doubles_nothing(
     proxied_cluster: tuple[NatsCluster, TcpProxy], tmp_path: Path, handler: SqliteRunHandler,
 ) -> None:
