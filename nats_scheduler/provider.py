@@ -61,6 +61,7 @@ from .settings import NatsSettings
 
 log = logging.getLogger(__name__)
 
+
 def _identity() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
