@@ -238,8 +238,13 @@ async def test_a_mirror_keeps_what_retention_purges(nats_url: str) -> None:
 
             # The mirror copies as events are stored (retention purges days-old events, long
             # after the copy); then the purge of the source leaves the copy alone.
-            copied = await eventually(archived, timeout=10)
+            copied = await stored_events(nats_url, prefix, "kept", first.run_id)
             assert copied >= 3  # created, claimed, session started, dispatched
+
+            async def all_copied() -> bool:  # the mirror catches up event by event
+                return await archived() == copied
+
+            await eventually(all_copied, timeout=10)
             await provider.enforce_retention()
             assert await stored_events(nats_url, prefix, "kept", first.run_id) == 0
             assert await archived() == copied
