@@ -57,13 +57,19 @@ class _Handle(asyncio.Handle):
 
     def __init__(self, callback: Callable[..., object], args: tuple[Any, ...],
                  loop: asyncio.AbstractEventLoop, context: contextvars.Context | None) -> None:
-        self._context = contextvars.copy_context() if context is None else context
-        self._loop = loop
-        self._callback = callback
-        self._args = args
-        self._cancelled = False
-        self._repr = None
-        self._source_traceback = None
+        _fill(self, callback, args, loop, context)
+
+
+def _fill(handle: asyncio.Handle, callback: Callable[..., object], args: tuple[Any, ...],
+          loop: asyncio.AbstractEventLoop, context: contextvars.Context | None) -> None:
+    """What ``Handle.__init__`` sets, without its debug-mode checks."""
+    handle._context = contextvars.copy_context() if context is None else context  # type: ignore[attr-defined]
+    handle._loop = loop  # type: ignore[attr-defined]
+    handle._callback = callback  # type: ignore[attr-defined]
+    handle._args = args  # type: ignore[attr-defined]
+    handle._cancelled = False  # type: ignore[attr-defined]
+    handle._repr = None  # type: ignore[attr-defined]
+    handle._source_traceback = None  # type: ignore[attr-defined]
 
 
 class _Timer(asyncio.TimerHandle):
@@ -73,13 +79,7 @@ class _Timer(asyncio.TimerHandle):
 
     def __init__(self, when: float, callback: Callable[..., object], args: tuple[Any, ...],
                  loop: asyncio.AbstractEventLoop, context: contextvars.Context | None) -> None:
-        self._context = contextvars.copy_context() if context is None else context
-        self._loop = loop
-        self._callback = callback
-        self._args = args
-        self._cancelled = False
-        self._repr = None
-        self._source_traceback = None
+        _fill(self, callback, args, loop, context)
         self._when = when
         self._scheduled = True
 
