@@ -8,6 +8,7 @@ admin service returns in ``cluster.status``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 from collections.abc import AsyncIterator
@@ -194,6 +195,8 @@ async def test_store_errors_are_counted_by_kind(tmp_path: Path) -> None:
     try:
         async with instrumented(server.url, RecordingRunHandler()) as (provider, reader):
             await provider.apply(daily("dep"))
+            assert provider.runtime is not None  # its start-up's reads done: only the probes
+            await asyncio.wait_for(provider.runtime.warmed.wait(), 30)  # below count errors
             run = await provider.enqueue(EnqueueRequest("dep", Trigger.RUN_NOW))
             subject = provider.store.names.run_subject("dep", run.run_id)
             # a conditional append on a sequence that is not the subject's last: refused
