@@ -9,14 +9,14 @@ nothing at all, whatever its position in the list.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nats_scheduler.core import schedulecore
+from nats_scheduler.core import schedulecore, validation
 from nats_scheduler.core.events import ScheduleRecord
 from nats_scheduler.jetstream.schedulelog import ScheduleLog
 from nats_scheduler.jetstream.store import StoredMessage
@@ -257,3 +257,75 @@ def test_the_plan_with_the_tables_shortcuts_is_the_plan_without_them(
         live_count=table.live_count(), given={s.deployment_id for s in wanted}, **common)
     assert fast == bare
     assert table.live_count() == len(table.live())
+
+
+async def test_a_deployment_given_twice_refuses_the_list_before_any_write(
+    provider: NatsSchedulerProvider,
+) -> None:
+    """Whether the list follows the table's order (walked beside it) or not (looked up), a
+    deployment given twice refuses the whole list and nothing is written."""
+    wanted = [schedule(i) for i in range(30)]
+    await provider.reconcile(wanted)
+    before = await last_seq(provider)
+    changed = [schedule(i, prompt="changed", version=2) for i in range(30)]
+    for twice in ([*changed, changed[4]],  # in the table's order, then one again
+                  [changed[4], *changed],  # out of order from the start
+                  [*changed[:10], changed[9], *changed[10:]]):  # side by side
+        with pytest.raises(InvalidSchedule) as caught:
+            await provider.reconcile(twice)
+        assert "more than once" in str(caught.value)
+        assert await last_seq(provider) == before
+    record = await stored(provider, "dep-0004")
+    assert record is not None and record.payload.prompt == "p"
+
+
+def _outcome(plan: Callable[[], list[schedulecore.PlannedWrite]]) -> object:
+    try:
+        return plan()
+    except (InvalidSchedule, ScheduleCapacityExceeded) as refused:
+        return (type(refused), str(refused))
+
+
+@given(stored=st.lists(st.tuples(st.integers(0, 12), st.booleans(), st.booleans(),
+                                 st.integers(1, 3)), max_size=12),
+       data=st.data())
+@settings(max_examples=300, deadline=None)
+def test_the_walk_in_the_tables_order_plans_what_lookups_plan(
+        stored: list[tuple[int, bool, bool, int]], data: st.DataObject) -> None:
+    """``plan_reconcile`` walking the table's order beside the list plans exactly what it
+    plans looking every Schedule up, or refuses the same way, for lists in the table's order
+    with Schedules left out, added, repeated or moved, deleted ones stored among them; and a
+    list entirely in the table's order costs no lookup and no set of its IDs."""
+    table = ScheduleTable()
+    for seq, (i, enabled, deleted, version) in enumerate(stored, start=1):
+        table.apply(seq, ScheduleRecord.of(schedule(i, enabled=enabled, version=version),
+                                           updated_at=NOW, deleted=deleted))
+    ids = [int(e.record.deployment_id[4:]) for e in table.in_table_order()]
+    kept = [i for i in ids if data.draw(st.booleans(), label=f"keep {i}")]
+    for _ in range(data.draw(st.integers(0, 3), label="added or repeated")):
+        kept.insert(data.draw(st.integers(0, len(kept)), label="at"),
+                    data.draw(st.integers(0, 14), label="deployment"))
+    if len(kept) > 1 and data.draw(st.booleans(), label="move one"):
+        kept.insert(data.draw(st.integers(0, len(kept) - 1)), kept.pop(0))
+    wanted = [schedule(i, enabled=data.draw(st.booleans()), version=data.draw(st.integers(1, 3)))
+              for i in kept]
+    common = dict(enabled=table.enabled_count(), cap=8, now=NOW, actor="a")
+    looked_up: list[str] = []
+
+    def entry(deployment_id: str) -> object:
+        looked_up.append(deployment_id)
+        return table.entry(deployment_id)
+
+    def unique(listed: Sequence[Schedule]) -> set[str]:
+        looked_up.append("a set of the IDs")
+        return validation.check_unique(list(listed))
+
+    bare = _outcome(lambda: schedulecore.plan_reconcile(
+        wanted, table.get_with_seq, table.live(), unique=validation.check_unique, **common))
+    walked = _outcome(lambda: schedulecore.plan_reconcile(
+        wanted, table.get_with_seq, table.live_records(), entry=entry,  # type: ignore[arg-type]
+        live_count=table.live_count(), ordered=table.in_table_order(), unique=unique,
+        **common))
+    assert walked == bare
+    if kept == [i for i in ids if not table.get(f"dep-{i:04d}").deleted]:  # type: ignore[union-attr]
+        assert looked_up == [], "a list in the table's order is walked, not looked up"

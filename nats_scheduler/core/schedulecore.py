@@ -8,7 +8,7 @@ the append fail and the decision is taken again on fresh state.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import Protocol, Required, TypedDict, Unpack
@@ -221,6 +221,8 @@ def plan_reconcile(
     enabled: int, cap: int, now: datetime, actor: str, given: AbstractSet[str] | None = None,
     check: Callable[[Schedule], None] | None = None,
     entry: Callable[[str], KnownEntry | None] | None = None, live_count: int | None = None,
+    ordered: Iterable[KnownEntry] | None = None,
+    unique: Callable[[Sequence[Schedule]], AbstractSet[str]] | None = None,
 ) -> list[PlannedWrite]:
     """What ``reconcile(schedules)`` writes, decided in one pass on a table proven current.
 
@@ -238,15 +240,38 @@ def plan_reconcile(
     ``live_count``: how many Schedules ``live`` holds; when every one of them is among
     ``schedules`` (as many given Schedules found live, the deployments given once each),
     ``live`` is not walked: nothing to delete.
+    ``ordered``: the table's entries in the table's own order. A list given in that order
+    (AstraBox listing its Schedules the same way at every start) is matched by walking both
+    side by side: no hash lookup per Schedule, and its deployments are distinct because the
+    table's are, so no set of a million IDs is built either. A Schedule out of that order is
+    looked up as without it; deleted entries the list does not give are stepped over.
+    ``unique``: the deployment IDs of ``schedules``, raising when one is given twice; called
+    after the pass, before anything is returned, unless ``given`` was passed or the walk
+    matched every Schedule in order. (Hash lookups of a million strings are what grows
+    faster than the Schedules once they outgrow the machine's caches: docs/benchmarks.md.)
     """
     planned: list[PlannedWrite] = []
-    wanted = {s.deployment_id for s in schedules} if given is None else given
     found_live = 0
+    cursor: Iterator[KnownEntry] = iter(() if ordered is None else ordered)
+    ahead = next(cursor, None)  # the table's next entry: where the list is expected to go on
+    in_order = 0
     for schedule in schedules:
         deployment_id = schedule.deployment_id
-        if entry is not None:
+        held: KnownEntry | None = None
+        while ahead is not None:
+            if ahead.record.deployment_id == deployment_id:
+                held, ahead = ahead, next(cursor, None)
+                in_order += 1
+                break
+            if not ahead.record.deleted:
+                break  # out of the table's order: looked up below, the walk waits here
+            ahead = next(cursor, None)  # a deleted Schedule the list does not give again
+        if held is None and entry is not None:
             held = entry(deployment_id)
-            seq, current = (0, None) if held is None else (held.seq, held.record)
+        if held is not None:
+            seq, current = held.seq, held.record
+        elif entry is not None:
+            seq, current = 0, None
         else:
             known_one = known(deployment_id)
             seq, current = (0, None) if known_one is None else known_one
@@ -264,15 +289,22 @@ def plan_reconcile(
             check_capacity(deployment_id, current, enabled - was, cap)
         enabled += schedule.enabled - was
         planned.append(PlannedWrite(deployment_id, seq, event))
-    if live_count is not None and found_live == live_count and len(wanted) == len(schedules):
+    wanted: AbstractSet[str] | None = given
+    if wanted is None and in_order != len(schedules):  # not proven distinct by the walk
+        wanted = (unique(schedules) if unique is not None
+                  else {s.deployment_id for s in schedules})
+    distinct = wanted is None or len(wanted) == len(schedules)
+    if live_count is not None and found_live == live_count and distinct:
         return planned  # every live Schedule was given: none to delete
+    if wanted is None:
+        wanted = {s.deployment_id for s in schedules}
     for record in live:
         if record.deployment_id in wanted:
             continue
-        entry = known(record.deployment_id)
-        if entry is None:
+        stored = known(record.deployment_id)
+        if stored is None:
             continue
-        deleted = decide_delete(entry[1], now=now, actor=actor)
+        deleted = decide_delete(stored[1], now=now, actor=actor)
         if deleted is not None:
-            planned.append(PlannedWrite(record.deployment_id, entry[0], deleted))
+            planned.append(PlannedWrite(record.deployment_id, stored[0], deleted))
     return planned

@@ -214,6 +214,13 @@ class ScheduleTable:
         """:meth:`live` one at a time: a reconcile that finds every one given lists none."""
         return (e.record for e in self._entries.values() if not e.record.deleted)
 
+    def in_table_order(self) -> Iterator[TableEntry]:
+        """Every entry (deleted Schedules included) in the order the table first took each
+        deployment: the order of the first reconcile's list and of a checkpoint's rows, so a
+        restart's reconcile of the same list can walk beside it (``plan_reconcile``).
+        Not to be held across an await: the table changes under a running follower."""
+        return iter(self._entries.values())
+
     def entry(self, deployment_id: str) -> TableEntry | None:
         """A Schedule's entry (its record and its event's sequence), or None."""
         return self._entries.get(deployment_id)

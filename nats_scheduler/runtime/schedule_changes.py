@@ -8,8 +8,9 @@ the stored state.
 
 ``reconcile`` is a diff against the table (docs/architecture.md, "Start-up and readiness,
 and the Schedule table"): one leader read proves the table current, one pass decides every
-Schedule (an unchanged one: no read, no write, no check), the changes are stored in
-batches; a refused list writes nothing.
+Schedule (an unchanged one: no read, no write, no check; a list in the table's order is
+walked beside it, without a lookup each), the changes are stored in batches; a refused list
+(a bad Schedule, a deployment given twice, over capacity) writes nothing.
 """
 
 from __future__ import annotations
@@ -68,7 +69,6 @@ class ScheduleChanges:
                 release_freed_memory()  # its sets, lists and decisions: tens of MB at 1M
 
     async def _reconcile(self, running: Runtime, wanted: list[Schedule]) -> None:
-        given = validation.check_unique(wanted)
         limit = validation.max_schedule_event_bytes(running.ports.max_payload)
 
         def check(schedule: Schedule) -> None:
@@ -78,6 +78,7 @@ class ScheduleChanges:
         table = self._table
         proven = await running.freshness.confirm(since=asyncio.get_running_loop().time())
         if proven is None:  # the table could not be proven current: decide on the leader's
+            given = validation.check_unique(wanted)
             for schedule in wanted:  # every one checked before the first write
                 check(schedule)
             for schedule in wanted:
@@ -88,8 +89,9 @@ class ScheduleChanges:
             return
         planned = schedulecore.plan_reconcile(
             wanted, table.get_with_seq, table.live_records(), enabled=table.enabled_count(),
-            cap=self._cap, now=self._now(), actor=self._identity, given=given, check=check,
-            entry=table.entry, live_count=table.live_count())
+            cap=self._cap, now=self._now(), actor=self._identity, check=check,
+            entry=table.entry, live_count=table.live_count(), ordered=table.in_table_order(),
+            unique=validation.check_unique)
         by_id: dict[str, Schedule] = {}  # built only if a change must be decided again
 
         def redecide(item: schedulecore.PlannedWrite) -> Decide:
