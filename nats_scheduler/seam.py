@@ -133,11 +133,12 @@ def _require_id(value: object, field: str) -> None:
         raise ValueError(f"{field} must not be empty")
 
 
-class RunPayload(msgspec.Struct, frozen=True):
+class RunPayload(msgspec.Struct, frozen=True, gc=False):
     """What AstraBox hands over with a Schedule: the target and the prompt.
 
     Captured per Run and handed back on every invocation, so editing a Schedule never
-    rewrites a Run that already exists.
+    rewrites a Run that already exists. Not tracked by the garbage collector (``gc=False``):
+    two strings can make no cycle, and a reconcile's list holds a million of them.
     """
 
     target: str
@@ -148,7 +149,7 @@ class RunPayload(msgspec.Struct, frozen=True):
         _require_text(self.prompt, "prompt")
 
 
-class Schedule(msgspec.Struct, frozen=True):
+class Schedule(msgspec.Struct, frozen=True, gc=False):
     """AstraBox's desired state of one scheduled Deployment.
 
     ``cron`` has five fields (minute hour day-of-month month day-of-week) with standard cron
@@ -156,6 +157,11 @@ class Schedule(msgspec.Struct, frozen=True):
     Deployment record so a stale replica cannot undo a newer change: 0 means unversioned
     (apply always replaces, last writer wins); above 0 a stored Schedule is replaced only by
     a higher version, a lower one is ignored and an equal one is a no-op.
+
+    Not tracked by the garbage collector (``gc=False``): its fields (strings, a bool, an int
+    and a RunPayload, each checked below) can make no cycle, and AstraBox holds every
+    Schedule in the list it reconciles, a million at the largest, which each of Python's
+    full collections would otherwise walk (docs/benchmarks.md, "A million Schedules").
     """
 
     deployment_id: str

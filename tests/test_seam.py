@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 from datetime import UTC, datetime, timedelta, timezone
 
 import msgspec
@@ -69,6 +70,17 @@ def test_value_types_are_immutable_and_compare_by_value() -> None:
     assert run() == run() and run() != run(attempts=1)
     assert not dataclasses.is_dataclass(a)  # msgspec Structs: encodable as they are
     assert msgspec.json.decode(msgspec.json.encode(run()), type=Run) == run()
+
+
+def test_schedules_stay_out_of_the_garbage_collector() -> None:
+    """AstraBox's reconcile list of a million Schedules is not walked by every full
+    collection: a Schedule and its payload are untracked (they can hold no cycle: a payload
+    that is not a RunPayload is refused), decoded ones too."""
+    a = Schedule("d", "n", "* * * * *", "UTC", True, RunPayload("agent:x", "do it"))
+    decoded = msgspec.json.decode(msgspec.json.encode(a), type=Schedule)
+    assert decoded == a
+    for value in (a, a.payload, decoded, decoded.payload):
+        assert not gc.is_tracked(value)
 
 
 @pytest.mark.parametrize("build", [
