@@ -35,8 +35,11 @@ What it does, per size and per repeat, each repeat on a fresh nats-server (defau
 Time in Python's garbage collector is measured in every timed step (``gc.callbacks``), and
 the process's own CPU time beside the main ones (a shared machine stretches wall time more
 than CPU time).
-Printed: each figure per repeat, the median of the repeats, and with two sizes or more the
-growth of each median from the smallest size to each larger one (linear is the size ratio).
+Each repeat measures every size in turn (the machine's speed drifts over the minutes a
+million takes: both sizes of a growth figure meet the same drift). Printed: each figure per
+repeat, the median of the repeats, and with two sizes or more the growth of each median
+from the smallest size to each larger one (linear is the size ratio), and the growth within
+each repeat.
 Nothing is asserted.
 """
 
@@ -329,6 +332,15 @@ def report(results: dict[int, list[dict[str, Any]]]) -> None:
         line += "".join(f"{medians[n][key] / medians[sizes[0]][key]:>14.1f}"
                         if medians[sizes[0]][key] else f"{'':>14}" for n in sizes[1:])
         print(line)
+    for n in sizes[1:]:
+        print(f"\ngrowth from {sizes[0]:,} to {n:,} in each repeat (the two sizes measured "
+              "one after the other):")
+        for key, label, _ in ROWS:
+            pairs = [(big.get(key, 0.0), small.get(key, 0.0))
+                     for big, small in zip(results[n], results[sizes[0]], strict=False)]
+            if any(small for _, small in pairs):
+                print(f"  {label:<50} " + ", ".join(
+                    f"{big / small:.1f}" if small else "-" for big, small in pairs))
     for n in sizes:
         print(f"\n{n:,} Schedules, each repeat:")
         for key, label, _ in ROWS:
@@ -342,10 +354,13 @@ def report(results: dict[int, list[dict[str, Any]]]) -> None:
 
 
 async def main(args: argparse.Namespace) -> None:
-    results: dict[int, list[dict[str, Any]]] = {}
-    for count in [int(n) for n in args.schedules.split(",")]:
-        results[count] = []
-        for repeat in range(args.repeats):
+    """Each repeat measures every size, one after the other (100,000 then 1,000,000, then
+    again): this machine's speed drifts by tens of percent over the minutes a million
+    takes, and a growth figure is only fair when both of its sizes met the same drift."""
+    sizes = [int(n) for n in args.schedules.split(",")]
+    results: dict[int, list[dict[str, Any]]] = {count: [] for count in sizes}
+    for repeat in range(args.repeats):
+        for count in sizes:
             started = datetime.now(UTC)
             figures = await one_repeat(count, started, args.breakdown and repeat == 0,
                                        not args.no_checkpoint)
