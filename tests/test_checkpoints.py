@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 import pytest
@@ -20,7 +21,9 @@ import pytest
 from nats_scheduler.admin.reader import last_per_subject
 from nats_scheduler.clock import ManualClock
 from nats_scheduler.core.events import decode_schedule_event
+from nats_scheduler.jetstream import checkpoints as jetstream_checkpoints
 from nats_scheduler.jetstream.checkpoints import Checkpoints
+from nats_scheduler.ports.checkpoints import CheckpointRow
 from nats_scheduler.projections.schedule_table import ScheduleTable
 from nats_scheduler.provider import NatsSchedulerProvider
 from nats_scheduler.runtime.checkpointing import BEHIND_SHARE, Checkpointing
@@ -198,3 +201,45 @@ async def test_the_checkpoint_loop_waits_on_any_clock_the_provider_takes() -> No
         assert not task.done(), task.exception() if task.done() else None
     finally:
         task.cancel()
+
+
+class _Interleaving:
+    """The provider's store, with other messages of the checkpoints stream stored between a
+    checkpoint's parts (another writer's parts), as many after each part as ``gaps`` says."""
+
+    def __init__(self, store: Any, gaps: list[int]) -> None:
+        self._store, self._gaps, self._parts = store, gaps, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def publish(self, subject: str, data: bytes, *, msg_id: str) -> int:
+        seq = await self._store.publish(subject, data, msg_id=msg_id)
+        for extra in range(self._gaps[self._parts % len(self._gaps)]):
+            await self._store.publish(f"{self._store.names.checkpoint_parts_subject('other')}",
+                                      b"x", msg_id=f"{msg_id}-other-{extra}")
+        self._parts += 1
+        return seq
+
+
+@pytest.mark.parametrize("gaps", [[0], [1], [0, 0, 3, 0, 1, 0, 0, 0, 2, 5, 0], [0] * 9 + [7]])
+async def test_every_part_is_read_back_in_order_whatever_is_stored_between_them(
+    nats_url: str, monkeypatch: pytest.MonkeyPatch, gaps: list[int],
+) -> None:
+    """Parts are asked for ahead, from guessed sequences; whatever other messages lie
+    between them, the rows read back are every row written, in order, once each."""
+    monkeypatch.setattr(jetstream_checkpoints, "PART_ROWS", 7)  # 43 parts for 300
+    prefix = unique_prefix()
+    async with running(nats_url, prefix, max_active_schedules=COUNT + 10) as writer:
+        await writer.reconcile([schedule(i) for i in range(COUNT)])
+        entries = writer.schedules.entries()
+        store = _Interleaving(writer.store, gaps)
+        head = await Checkpoints(store).write(  # type: ignore[arg-type]
+            entries, schedules_seq=COUNT, schedules_created="c", previous=0, by="test",
+            now=NOW)
+        assert head is not None and head.parts == -(-COUNT // 7)
+        read: list[CheckpointRow] = []
+        async for rows in Checkpoints(writer.store).rows(head):
+            read.extend(rows)
+        assert read == [CheckpointRow.of(e.seq, e.record) for e in entries]
+        assert not [t for t in asyncio.all_tasks() if "Store.next" in repr(t.get_coro())]

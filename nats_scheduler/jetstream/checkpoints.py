@@ -33,7 +33,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections import deque
+from collections.abc import AsyncGenerator, Iterator, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -59,6 +60,9 @@ max payload, as a Schedule's own event is)."""
 
 PART_ROWS = 5_000
 """At most this many rows per part."""
+
+READ_AHEAD = 4
+"""Parts asked for ahead of the one being loaded (about a megabyte in flight)."""
 
 ROW_FRAME_BYTES = 64
 """More than a row's MessagePack takes besides its texts: sequence, flags, numbers, time."""
@@ -118,6 +122,17 @@ def parts_of(entries: Sequence[Entry]) -> Iterator[list[CheckpointRow]]:
         yield part
 
 
+def _drop(tasks: deque[asyncio.Task[StoredMessage | None]]) -> None:
+    """Cancel reads no longer wanted (a failed one's error is the reader's no more)."""
+    for task in tasks:
+        if task.done():
+            if not task.cancelled():
+                task.exception()  # retrieved: not logged as never retrieved
+        else:
+            task.cancel()
+    tasks.clear()
+
+
 class Checkpoints:
     """The checkpoints port over the ``P_CHECKPOINTS`` stream (see the module docstring)."""
 
@@ -141,22 +156,42 @@ class Checkpoints:
             return None
         return (last.seq, head) if head.schema == SCHEMA else None
 
-    async def rows(self, head: CheckpointHead) -> AsyncIterator[list[CheckpointRow]]:
+    async def rows(self, head: CheckpointHead) -> AsyncGenerator[list[CheckpointRow], None]:
         """Its rows, a part at a time, in order; CheckpointUnusable when a part is missing
-        or not decodable (the caller then replays the Schedule events instead)."""
+        or not decodable (the caller then replays the Schedule events instead).
+
+        The next ``READ_AHEAD`` parts are asked for while one is decoded and loaded (the
+        server answers on its own core): a part is read from the leader as the first
+        message of the parts' subject from a guessed sequence, the parts being stored one
+        after the other. A guess is right exactly when its answer comes after the part
+        before it (a guess is never past the part it is for); a wrong one (another writer's
+        messages in between) is asked again from that part."""
         subject = self._names.checkpoint_parts_subject(head.id)
-        seq, count = 1, 0
-        for _ in range(head.parts):
-            message = await self._store.next(subject, seq)
-            if message is None:
-                raise CheckpointUnusable(f"part {count + 1} of {head.parts} is missing")
-            try:
-                rows = _decode_rows(message.data)
-            except msgspec.DecodeError as exc:
-                raise CheckpointUnusable(f"part {count + 1} does not decode: {exc}") from None
-            count += len(rows)
-            seq = message.seq + 1
-            yield rows
+        ahead: deque[asyncio.Task[StoredMessage | None]] = deque()
+        previous = count = 0
+
+        def ask(from_seq: int) -> asyncio.Task[StoredMessage | None]:
+            return asyncio.ensure_future(self._store.next(subject, from_seq))
+
+        try:
+            for index in range(head.parts):
+                message = await ahead.popleft() if ahead else None
+                if message is None or message.seq <= previous:  # none asked, or guessed wrong
+                    _drop(ahead)
+                    message = await self._store.next(subject, previous + 1)
+                if message is None:
+                    raise CheckpointUnusable(f"part {index + 1} of {head.parts} is missing")
+                previous = message.seq
+                while len(ahead) < min(READ_AHEAD, head.parts - index - 1):
+                    ahead.append(ask(previous + len(ahead) + 1))
+                try:
+                    rows = _decode_rows(message.data)
+                except msgspec.DecodeError as exc:
+                    raise CheckpointUnusable(f"part {index + 1} does not decode: {exc}") from None
+                count += len(rows)
+                yield rows
+        finally:
+            _drop(ahead)
         if count != head.schedules:
             raise CheckpointUnusable(f"{count} Schedules where its head says {head.schedules}")
 

@@ -10,7 +10,7 @@ operation of the store: a store that is down fails it, retried for the retry bud
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from datetime import datetime
 
 from ..ports.checkpoints import CheckpointHead, CheckpointRow, CheckpointUnusable, Entry
@@ -41,7 +41,7 @@ class MemoryCheckpoints:
         heads = self._shelf.heads
         return heads[-1] if heads else None
 
-    async def rows(self, head: CheckpointHead) -> AsyncIterator[list[CheckpointRow]]:
+    async def rows(self, head: CheckpointHead) -> AsyncGenerator[list[CheckpointRow], None]:
         count = 0
         for index in range(head.parts):
             await self._operation("could not read a checkpoint")

@@ -18,7 +18,7 @@ permissions predate them.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -106,7 +106,7 @@ class TableCheckpoints(Protocol):
         """The newest checkpoint's head with its own position (None: none usable)."""
         ...
 
-    def rows(self, head: CheckpointHead) -> AsyncIterator[list[CheckpointRow]]:
+    def rows(self, head: CheckpointHead) -> AsyncGenerator[list[CheckpointRow], None]:
         """Its rows, a part at a time, in order; CheckpointUnusable when a part is missing
         or not readable, or they are not as many as the head says."""
         ...

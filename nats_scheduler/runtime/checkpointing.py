@@ -16,6 +16,7 @@ Schedules is about a second of this replica's CPU, a part at a time, and 110 MB 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from datetime import timedelta
@@ -89,10 +90,11 @@ class Checkpointing:
             if last_seq - head.schedules_seq > head.schedules:
                 return None  # more events since it than it holds: replaying costs less
             table, loaded = self._table, 0
-            async for rows in checkpoints.rows(head):
-                table.load_rows(rows)
-                loaded += len(rows)
-                await asyncio.sleep(0)
+            async with contextlib.aclosing(checkpoints.rows(head)) as parts:
+                async for rows in parts:  # closed at once on an error: no reads left over
+                    table.load_rows(rows)
+                    loaded += len(rows)
+                    await asyncio.sleep(0)
         except Exception as exc:  # CheckpointUnusable, or the store's trouble
             log.warning("could not load the newest checkpoint of the Schedules (%s); "
                         "reading every Schedule instead", str(exc) or type(exc).__name__)
