@@ -20,7 +20,7 @@ from nats.js.api import StreamConfig
 
 from nats_scheduler.jetstream import acks as acks_module
 from nats_scheduler.jetstream import errors
-from nats_scheduler.jetstream.acks import AckedPublisher
+from nats_scheduler.jetstream.acks import AckedPublisher, Outgoing
 from nats_scheduler.names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_MSG_ID
 from tests.harness.servers import unique_prefix
 
@@ -84,9 +84,9 @@ async def test_many_at_once_answer_each_in_order(nc: Client, acks: AckedPublishe
     stream = await new_stream(nc)
     await acks.publish(f"{stream}.taken", b"0")
     results = await acks.publish_many([
-        (f"{stream}.r{i}", b"x", {HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: "0"})
+        Outgoing(f"{stream}.r{i}", b"x", {HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: "0"})
         for i in range(300)
-    ] + [(f"{stream}.taken", b"1", {HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: "0"})])
+    ] + [Outgoing(f"{stream}.taken", b"1", {HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: "0"})])
     stored = results[:300]
     assert all(not isinstance(r, Exception) for r in stored)
     assert sorted(r.seq for r in stored if not isinstance(r, Exception)) == list(
@@ -109,15 +109,15 @@ async def test_an_atomic_batch_stores_all_with_one_answer_or_nothing(
     stream = await new_stream(nc, atomic=True)
     js = nc.jetstream()
     new = {HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: "0"}
-    stored = await acks.publish_atomic([(f"{stream}.{s}", b"x", new) for s in "abc"])
+    stored = await acks.publish_atomic([Outgoing(f"{stream}.{s}", b"x", new) for s in "abc"])
     assert not isinstance(stored, Exception)
     assert [a.seq for a in stored] == [1, 2, 3]
     # "b" exists: the whole batch is refused, "d" and "e" are not stored
-    refused = await acks.publish_atomic([(f"{stream}.{s}", b"y", new) for s in "dbe"])
+    refused = await acks.publish_atomic([Outgoing(f"{stream}.{s}", b"y", new) for s in "dbe"])
     assert isinstance(refused, nats.js.errors.APIError) and errors.is_conflict(refused)
     assert (await js.stream_info(stream)).state.last_seq == 3
     # split: each one alone; "b" refused, the others stored
-    split = await acks.publish_batched(stream, [(f"{stream}.{s}", b"y", new)
+    split = await acks.publish_batched(stream, [Outgoing(f"{stream}.{s}", b"y", new)
                                                 for s in "dbe"])
     assert errors.is_conflict(split[1]) and acks.batches_split == 1
     assert [a.seq for a in (split[0], split[2])] == [4, 5]  # type: ignore[union-attr]
@@ -127,10 +127,10 @@ async def test_an_atomic_batch_stores_all_with_one_answer_or_nothing(
 async def test_a_stream_without_atomic_batches_is_written_one_by_one(
         nc: Client, acks: AckedPublisher) -> None:
     stream = await new_stream(nc)
-    first = await acks.publish_batched(stream, [(f"{stream}.a", b"1", None)] * 2)
+    first = await acks.publish_batched(stream, [Outgoing(f"{stream}.a", b"1", None)] * 2)
     assert [a.seq for a in first] == [1, 2]  # type: ignore[union-attr]
     assert stream in acks.not_atomic
-    again = await acks.publish_batched(stream, [(f"{stream}.a", b"1", None)] * 2)
+    again = await acks.publish_batched(stream, [Outgoing(f"{stream}.a", b"1", None)] * 2)
     assert [a.seq for a in again] == [3, 4]  # type: ignore[union-attr]
     assert acks.batches_split == 1  # not tried again
 
@@ -159,9 +159,9 @@ async def test_grouped_publishes_of_many_tasks_share_a_batch_and_keep_their_answ
 async def test_fewer_than_the_minimum_go_as_pipelined_publishes(
         nc: Client, acks: AckedPublisher) -> None:
     stream = await new_stream(nc, atomic=True)
-    small = await acks.publish_batched(stream, [(f"{stream}.a", b"1", None)] * 3)
+    small = await acks.publish_batched(stream, [Outgoing(f"{stream}.a", b"1", None)] * 3)
     big = await acks.publish_batched(
-        stream, [(f"{stream}.a", b"1", None)] * acks_module.ATOMIC_MIN)
+        stream, [Outgoing(f"{stream}.a", b"1", None)] * acks_module.ATOMIC_MIN)
     assert [a.seq for a in small] == [1, 2, 3]  # type: ignore[union-attr]
     assert big[-1].seq == 3 + acks_module.ATOMIC_MIN  # type: ignore[union-attr]
     assert (acks.batches_atomic, acks.batches_split) == (1, 0)

@@ -9,6 +9,7 @@ nothing at all, whatever its position in the list.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 
@@ -329,3 +330,23 @@ def test_the_walk_in_the_tables_order_plans_what_lookups_plan(
     assert walked == bare
     if kept == [i for i in ids if not table.get(f"dep-{i:04d}").deleted]:  # type: ignore[union-attr]
         assert looked_up == [], "a list in the table's order is walked, not looked up"
+
+
+async def test_a_reconciles_messages_in_flight_stay_out_of_the_garbage_collector(
+    provider: NatsSchedulerProvider,
+) -> None:
+    """The messages a reconcile keeps in flight for a round trip are untracked once the
+    collector has seen them young: tracked ones reached the oldest generation by the
+    thousand and set off a full collection for every ten thousand or so, each walking
+    every Schedule of a million (a tuple holding a dict of headers is never untracked)."""
+    table = ScheduleTable()
+    log = ScheduleLog(provider.store, table)
+    wanted = [schedule(i) for i in range(50)]
+    planned = schedulecore.plan_reconcile(wanted, table.get_with_seq, [], enabled=0, cap=100,
+                                          now=NOW, actor="a")
+    chunks = list(log._chunks(planned))
+    gc.collect(0)
+    entries = [entry for chunk in chunks for entry in chunk]
+    assert len(entries) == 50
+    assert not [entry for entry in entries if gc.is_tracked(entry)]
+    assert not [message for _, message in entries if gc.is_tracked(message)]

@@ -45,8 +45,18 @@ from . import errors
 
 log = logging.getLogger(__name__)
 
-Outgoing = tuple[str, bytes, "dict[str, str] | None"]
-"""(subject, data, headers) of one message to store."""
+class Outgoing(msgspec.Struct, frozen=True, gc=False):
+    """One message to store: its subject, data and headers.
+
+    Not tracked by the garbage collector (a string, bytes and a dict of strings can make no
+    cycle). A reconcile keeps thousands in flight for a round trip each; as tuples holding a
+    dict (a tuple with a dict in it is never untracked) they reached the collector's oldest
+    generation and set off a full collection for every ten thousand or so, each walking
+    every Schedule of a million (docs/benchmarks.md, "A million Schedules")."""
+
+    subject: str
+    data: bytes
+    headers: dict[str, str] | None = None
 
 SWEEP_SECONDS = 0.25
 """How often pending publishes are checked against their timeout (the timeout's resolution)."""
@@ -172,7 +182,7 @@ class AckedPublisher:
         deadline = time.monotonic() + self._timeout
         sent: list[tuple[str, asyncio.Future[Ack]]] = []
         failure: Exception | None = None
-        for subject, data, headers in messages:
+        for message in messages:
             token = str(next(self._tokens))
             future: asyncio.Future[Ack] = loop.create_future()
             sent.append((token, future))
@@ -181,8 +191,8 @@ class AckedPublisher:
                 continue
             self._pending[token] = (future, deadline)
             try:
-                await self._nc.publish(subject, data, reply=self._prefix + token,
-                                       headers=headers)
+                await self._nc.publish(message.subject, message.data,
+                                       reply=self._prefix + token, headers=message.headers)
             except Exception as exc:  # the connection closed: the rest fail alike
                 failure = exc
                 future.set_exception(exc)
@@ -219,12 +229,12 @@ class AckedPublisher:
         self._pending[token] = (future, time.monotonic() + self._timeout)
         last = len(messages)
         try:
-            for number, (subject, data, headers) in enumerate(messages, 1):
-                batch_headers = {**(headers or {}), HDR_BATCH_ID: batch_id,
+            for number, message in enumerate(messages, 1):
+                batch_headers = {**(message.headers or {}), HDR_BATCH_ID: batch_id,
                                  HDR_BATCH_SEQUENCE: str(number)}
                 if number == last:
                     batch_headers[HDR_BATCH_COMMIT] = "1"
-                await self._nc.publish(subject, data, headers=batch_headers,
+                await self._nc.publish(message.subject, message.data, headers=batch_headers,
                                        reply=self._prefix + token if number == last else "")
             ack = await future
         except Exception as exc:
@@ -305,7 +315,7 @@ class AckedPublisher:
         if group is None:
             group = self._groups[stream] = []
             loop.call_soon(self._flush, stream)
-        group.append(((subject, data, headers), future))
+        group.append((Outgoing(subject, data, headers), future))
         if len(group) >= GROUP_MAX:
             self._flush(stream)
         result = await future

@@ -212,9 +212,11 @@ class IndexWriter:
         if len(chain) > 1:
             tail = lane.tail
             messages: list[Outgoing] = [
-                (subject, _encode(entry), {HDR_MSG_ID: index_msg_id(record.run_id)})
+                Outgoing(subject, _encode(entry), {HDR_MSG_ID: index_msg_id(record.run_id)})
                 for record, entry in chain]
-            messages[0][2][HDR_EXPECTED_LAST_SUBJECT_SEQUENCE] = str(tail.seq if tail else 0)
+            first_headers = messages[0].headers
+            assert first_headers is not None
+            first_headers[HDR_EXPECTED_LAST_SUBJECT_SEQUENCE] = str(tail.seq if tail else 0)
             acks = await self._store.publish_atomic(self._names.index_stream, messages)
             if not isinstance(acks, Exception):
                 lane.tail = Tail(acks[-1].seq, chain[-1][1])
@@ -283,7 +285,7 @@ class IndexWriter:
                 entry = IndexEntry(run_id=records[i].run_id,
                                    created_at=after(tail, records[i].created_at), ordered=True)
                 sent.append((subject, i, entry))
-                messages.append((subject, _encode(entry), {
+                messages.append(Outgoing(subject, _encode(entry), {
                     HDR_MSG_ID: index_msg_id(records[i].run_id),
                     HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: str(tail.seq if tail else 0)}))
             if not messages:

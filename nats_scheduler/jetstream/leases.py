@@ -55,6 +55,7 @@ from ..names import (
 )
 from ..ports.leases import FREE, Claimed, Lease, LeaseValue
 from . import errors
+from .acks import Outgoing
 from .event_store import LeaseStore
 
 __all__ = ["FREE", "Claimed", "Lease", "LeaseValue", "Leases"]
@@ -318,7 +319,7 @@ class Leases:
         (:meth:`announce`: ours after a lost acknowledgement, or another replica's)."""
         values = [self._value(run_id) for run_id in run_ids]
         acks = await self._store.publish_batched(self._store.names.leases_stream, [
-            (self._subject(run_id), _encode(value), self._open_headers())
+            Outgoing(self._subject(run_id), _encode(value), self._open_headers())
             for run_id, value in zip(run_ids, values, strict=True)])
         results: list[Lease | Exception | None] = []
         for run_id, value, ack in zip(run_ids, values, acks, strict=True):

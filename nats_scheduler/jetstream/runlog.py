@@ -155,8 +155,8 @@ class RunLog:
         subjects = [self._names.run_subject(event.run.deployment_id, event.run.run_id)
                     for event in events]
         messages: list[Outgoing] = [
-            (subject, encode(event),
-             {HDR_MSG_ID: msg_id, HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: "0"})
+            Outgoing(subject, encode(event),
+                     {HDR_MSG_ID: msg_id, HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: "0"})
             for subject, event, msg_id in zip(subjects, events, msg_ids, strict=True)]
         created: dict[int, Stored] = {}
         with self._write_on(subjects):

@@ -167,7 +167,7 @@ class ScheduleLog:
             if chunk and (len(chunk) >= PIPELINE_CHUNK or size + len(data) > PIPELINE_BYTES):
                 yield chunk
                 chunk, size = [], 0
-            message = (self._names.schedule_subject(item.deployment_id), data, _headers(
+            message = Outgoing(self._names.schedule_subject(item.deployment_id), data, _headers(
                 schedule_event_msg_id(item.deployment_id, item.seq, decisions.next()),
                 item.seq))
             chunk.append((item, message))
