@@ -350,3 +350,25 @@ async def test_a_reconciles_messages_in_flight_stay_out_of_the_garbage_collector
     assert len(entries) == 50
     assert not [entry for entry in entries if gc.is_tracked(entry)]
     assert not [message for _, message in entries if gc.is_tracked(message)]
+
+
+async def test_the_plan_a_reconcile_stores_is_not_walked_by_the_garbage_collector(
+    provider: NatsSchedulerProvider, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A first load's plan (a million writes) is held for the minute it takes to store:
+    once the collector has seen it young it no longer walks it at every full collection."""
+    assert provider.runtime is not None
+    schedules = provider.runtime.schedules
+    seen: list[bool] = []
+    real = schedules.write_planned
+
+    async def write_planned(planned: Sequence[schedulecore.PlannedWrite],
+                            redecide: Callable[[schedulecore.PlannedWrite], Decide]) -> None:
+        gc.collect(0)
+        seen.append(gc.is_tracked(planned) and len(planned) > 0)
+        await real(planned, redecide)
+
+    monkeypatch.setattr(schedules, "write_planned", write_planned)
+    await provider.reconcile([schedule(i) for i in range(40)])
+    assert seen == [False]
+    assert await last_seq(provider) == 40

@@ -87,11 +87,14 @@ class ScheduleChanges:
                 if record.deployment_id not in given:
                     await self.delete(running, record.deployment_id)
             return
-        planned = schedulecore.plan_reconcile(
+        # A tuple, not the plan's list: a tuple of untracked writes leaves the garbage
+        # collector's lists at its first pass, where a list of a million (a first load's)
+        # is walked by every full collection for the minute it takes to store.
+        planned = tuple(schedulecore.plan_reconcile(
             wanted, table.get_with_seq, table.live_records(), enabled=table.enabled_count(),
             cap=self._cap, now=self._now(), actor=self._identity, check=check,
             entry=table.entry, live_count=table.live_count(), ordered=table.in_table_order(),
-            unique=validation.check_unique)
+            unique=validation.check_unique))
         by_id: dict[str, Schedule] = {}  # built only if a change must be decided again
 
         def redecide(item: schedulecore.PlannedWrite) -> Decide:
