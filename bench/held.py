@@ -344,7 +344,7 @@ def breakdown(provider: NatsSchedulerProvider) -> dict[str, int]:
     table, ticker, ledger = provider.schedules, running.ticker, provider.ledger
     parts = {
         "Schedule table": [table._entries, table._texts, table._payloads, table._instants],
-        "ticker (heap, plans)": [ticker._heap, ticker._current],
+        "ticker (due times, plans)": [ticker._instants, ticker._buckets, ticker._current],
         "ledger: summary per deployment": ledger._summaries,
         "ledger: recent and unfinished Runs": [ledger._recent, ledger._unfinished],
     }

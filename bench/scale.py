@@ -231,7 +231,7 @@ async def restart_main(url: str, count: int, started: datetime, walk: bool) -> N
         reconcile_partly_s=partly.seconds, reconcile_partly_gc_s=partly.gc_seconds,
         rss_list_mb=rss_list, state_mb=rss_reconciled - rss_list,
         state_warmed_mb=rss_warmed - rss_list,
-        heap=getattr(ticker, "heap_entries", len(ticker._heap)),
+        heap=getattr(ticker, "filed", None) or getattr(ticker, "heap_entries", 0),
         planned=ticker.planned, gc_s=timer.seconds, gc_collections=timer.collections,
         from_checkpoint=getattr(getattr(provider.runtime, "checkpointing", None), "loaded",
                                 None) or 0)
@@ -314,7 +314,7 @@ ROWS = (
     ("state_mb", "RSS after the reconciles less the caller's list", "MB"),
     ("state_warmed_mb", "the same after the background warm-up", "MB"),
     ("rss_list_mb", "RSS with the caller's list, before start()", "MB"),
-    ("heap", "ticker heap entries", ""),
+    ("heap", "Schedules filed by the ticker (heap entries before)", ""),
     ("from_checkpoint", "Schedules the restart loaded from a checkpoint", ""),
 )
 

@@ -1,8 +1,13 @@
 """The ticker: fire every due time of every active Schedule this process lives through.
 
-It keeps one heap entry per active Schedule (its next due time) and sleeps until the earliest
-one or until a Schedule changes, so its cost is O(log n) per due time, never a scan of all
-Schedules. Rules (docs/contract.md, "The guarantees"; docs/design.md, "Firing"):
+It files each active Schedule under its next due time (one bucket per instant, a heap of
+the instants) and sleeps until the earliest instant or until a Schedule changes, so its cost
+is O(1) per due time and O(log n) per instant, never a scan of all Schedules. The buckets
+are dicts of structs the garbage collector does not track, so a million planned Schedules
+cost its full collections nothing (a heap of a million entries is a list every full
+collection walks: docs/benchmarks.md, "A million Schedules, third round").
+
+Rules (docs/contract.md, "The guarantees"; docs/design.md, "Firing"):
 
 - No backfill: a Schedule's first due time is computed from the moment this process starts,
   or the moment the Schedule became active again. Times that passed while no process ran or
@@ -57,15 +62,15 @@ class _Calendar(msgspec.Struct, frozen=True, order=True, gc=False):
     timezone: str
 
 
-class _Next(msgspec.Struct, frozen=True, order=True, gc=False):
-    """A Schedule's plan and its next due time: a heap entry, ordered by the due time.
+class _Next(msgspec.Struct, frozen=True, gc=False):
+    """A Schedule's plan and its next due time.
 
-    The live one of each Schedule is also its entry in ``Ticker._current``, so a Schedule
-    costs one entry, not a plan and a heap entry (a million Schedules on a large platform;
-    ``gc=False``: nothing here can be in a reference cycle, so the garbage collector need
-    not walk them). ``generation`` tells a plan's entries from those of an earlier plan of
-    the same Schedule (stale: skipped when they come up); ``due`` is None for a plan with no
-    due time ahead (never in the heap).
+    The same struct is its entry in ``Ticker._current`` and in the bucket of its due time,
+    so a Schedule costs one struct (a million Schedules on a large platform; ``gc=False``:
+    nothing here can be in a reference cycle, so the garbage collector need not walk them).
+    ``generation`` tells a plan from an earlier plan of the same Schedule (a due time left
+    to its owner is dropped when the plan changed meanwhile); ``due`` is None for a plan
+    with no due time ahead (in no bucket).
     """
 
     due: datetime | None
@@ -101,11 +106,6 @@ end itself fires."""
 
 OWNER_GRACE_SECONDS = 3.0
 """How often the replicas that do not own a due time look whether its owner fired it."""
-COMPACT_SLACK = 1_024
-"""Stale heap entries (of changed or stopped plans) tolerated beyond one per planned
-Schedule before the heap is rebuilt from the live plans: it never grows past twice the
-Schedules planned, however often they change."""
-
 SHARED_CALENDARS = 20_000
 """At most this many distinct calendars are shared between Schedules' plans."""
 
@@ -116,7 +116,7 @@ enough that an owner live but unable to write delays its due times by half a min
 
 
 class Ticker:
-    """Heap of next due times, one entry per active Schedule."""
+    """Next due times, each active Schedule filed under its own (see the module docstring)."""
 
     def __init__(self, clock: Clock, fire: Fire, *, max_concurrent_fires: int = 256,
                  owns: Check | None = None, fire_many: FireMany | None = None,
@@ -141,9 +141,15 @@ class Ticker:
         self.kept_for_owner = 0
         """Looks at which a due time's owner was live and still had time: left to it."""
 
-        self._heap: list[_Next] = []
+        self._instants: list[datetime] = []
+        """A heap of the instants that have a bucket (an instant whose bucket emptied stays
+        until it comes up: dropped then)."""
+        self._buckets: dict[datetime, dict[str, _Next]] = {}
+        """The Schedules due at each instant, in the order they were planned: a Schedule
+        planned again leaves its old bucket, so no entry is ever stale."""
+        self._filed = 0
         self._current: dict[str, _Next] = {}
-        """Each planned Schedule's live plan: the entry of its next due time."""
+        """Each planned Schedule's live plan (also in the bucket of its due time, if any)."""
         self._calendars: dict[_Calendar, _Calendar] = {}
         self._recent: dict[tuple[str, str], tuple[datetime, datetime | None]] = {}
         """Each calendar's last computed first due time and the instant it was computed
@@ -171,7 +177,8 @@ class Ticker:
         resumes = record.resumes_at
         if not record.active and resumes is None:
             if known is not None:
-                del self._current[record.deployment_id]  # its heap entry becomes stale
+                del self._current[record.deployment_id]
+                self._unfile(known)
             self._resumes.pop(record.deployment_id, None)
             return
         start = after or self._clock.now()
@@ -208,7 +215,9 @@ class Ticker:
             except ValueError:
                 log.warning("schedule %s has an invalid calendar; not firing it",
                             deployment_id)
-                self._current.pop(deployment_id, None)
+                dropped = self._current.pop(deployment_id, None)
+                if dropped is not None:
+                    self._unfile(dropped)
                 self._resumes.pop(deployment_id, None)
                 return
             if dues is not None:
@@ -220,11 +229,33 @@ class Ticker:
         due, plan = found
         self._generation += 1
         entry = _Next(due, self._generation, deployment_id, plan)
+        known = self._current.get(deployment_id)
+        if known is not None:
+            self._unfile(known)
         self._current[deployment_id] = entry
-        if due is not None:
-            heapq.heappush(self._heap, entry)
-            self._compact()
+        self._file(entry)
         self._wake.set()
+
+    def _file(self, entry: _Next) -> None:
+        """File ``entry`` under its due time (none: nowhere)."""
+        due = entry.due
+        if due is None:
+            return
+        bucket = self._buckets.get(due)
+        if bucket is None:
+            bucket = self._buckets[due] = {}
+            heapq.heappush(self._instants, due)
+        bucket[entry.deployment_id] = entry
+        self._filed += 1
+
+    def _unfile(self, entry: _Next) -> None:
+        """Take ``entry`` out of the bucket of its due time (when it is there)."""
+        if entry.due is None:
+            return
+        bucket = self._buckets.get(entry.due)
+        if bucket is not None and bucket.get(entry.deployment_id) is entry:
+            del bucket[entry.deployment_id]
+            self._filed -= 1
 
     def _next_due(self, cron: str, timezone: str, after: datetime) -> datetime | None:
         """``calendar.next_due``, remembered per calendar: the first due time after ``a``
@@ -250,13 +281,6 @@ class Ticker:
             return made
         return found
 
-    def _compact(self) -> None:
-        """Rebuild the heap from the live plans once stale entries outnumber them (each
-        change of a calendar leaves its old entry behind until its due time comes up)."""
-        if len(self._heap) > 2 * len(self._current) + COMPACT_SLACK:
-            self._heap = [e for e in self._current.values() if e.due is not None]
-            heapq.heapify(self._heap)
-
     def next_due(self, deployment_id: str) -> datetime | None:
         """The planned next due time of one Schedule (for status views)."""
         known = self._current.get(deployment_id)
@@ -267,10 +291,9 @@ class Ticker:
         return len(self._current)
 
     @property
-    def heap_entries(self) -> int:
-        """Entries in the heap, stale ones included (at most twice :attr:`planned`, plus a
-        constant: see ``COMPACT_SLACK``)."""
-        return len(self._heap)
+    def filed(self) -> int:
+        """Schedules filed under a due time: one each at most (no stale entries)."""
+        return self._filed
 
     async def run(self) -> None:
         """Fire due times until cancelled."""
@@ -283,7 +306,7 @@ class Ticker:
             self._running = False
 
     def _next_instant(self) -> datetime | None:
-        firsts = ([self._heap[0].due] if self._heap else []) + (
+        firsts = ([self._instants[0]] if self._instants else []) + (
             [self._fallbacks[0].look_at] if self._fallbacks else [])
         return min(firsts) if firsts else None
 
@@ -303,11 +326,10 @@ class Ticker:
                 waiter.cancel()
 
     def _drop_stale(self) -> None:
-        while self._heap:
-            first = self._heap[0]
-            if self._current.get(first.deployment_id) is first:
-                return
-            heapq.heappop(self._heap)
+        """Drop the first instants whose buckets emptied (their Schedules planned again)."""
+        instants, buckets = self._instants, self._buckets
+        while instants and not buckets.get(instants[0]):
+            buckets.pop(heapq.heappop(instants), None)
 
     def _fire_all_due(self) -> None:
         now = self._clock.now()
@@ -326,24 +348,24 @@ class Ticker:
         next one planned from the due time (late wake-ups fire every one), the others'
         left to their owners for the grace."""
         due_now: list[DueTime] = []
-        heap = self._heap
-        while heap and heap[0].due <= now:  # type: ignore[operator]  # due: never None here
-            entry = heapq.heappop(heap)
-            due = entry.due
-            assert due is not None
-            if self._current.get(entry.deployment_id) is not entry:
-                continue  # stale: the Schedule stopped or was planned again
-            if self._owns is None or self._owns(entry.deployment_id, due):
-                due_now.append(DueTime(entry.deployment_id, due))
-            else:
-                heapq.heappush(self._fallbacks, _Fallback(
-                    due + self._grace, entry.generation, entry.deployment_id, due))
-            plan = entry.calendar
-            following = msgspec.structs.replace(
-                entry, due=self._next_due(plan.cron, plan.timezone, due))
-            self._current[entry.deployment_id] = following
-            if following.due is not None:
-                heapq.heappush(heap, following)
+        instants = self._instants
+        while instants and instants[0] <= now:
+            due = heapq.heappop(instants)
+            bucket = self._buckets.pop(due, None)
+            if not bucket:
+                continue  # emptied: its Schedules were planned again or stopped
+            self._filed -= len(bucket)
+            for entry in bucket.values():  # in the order they were planned
+                if self._owns is None or self._owns(entry.deployment_id, due):
+                    due_now.append(DueTime(entry.deployment_id, due))
+                else:
+                    heapq.heappush(self._fallbacks, _Fallback(
+                        due + self._grace, entry.generation, entry.deployment_id, due))
+                plan = entry.calendar
+                following = msgspec.structs.replace(
+                    entry, due=self._next_due(plan.cron, plan.timezone, due))
+                self._current[entry.deployment_id] = following
+                self._file(following)  # strictly later: another bucket (past ones next)
         return due_now
 
     def _fallbacks_due(self, now: datetime) -> list[DueTime]:
