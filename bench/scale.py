@@ -34,7 +34,8 @@ What it does, per size and per repeat, each repeat on a fresh nats-server (defau
 
 Time in Python's garbage collector is measured in every timed step (``gc.callbacks``), and
 the process's own CPU time beside the main ones (a shared machine stretches wall time more
-than CPU time).
+than CPU time), and the nats-server's CPU over the steps that write (on two cores the
+server's share of a write is part of the wall time the step waits).
 Each repeat measures every size in turn (the machine's speed drifts over the minutes a
 million takes: both sizes of a growth figure meet the same drift). Printed: each figure per
 repeat, the median of the repeats, and with two sizes or more the growth of each median
@@ -50,6 +51,7 @@ import asyncio
 import contextlib
 import gc
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -138,8 +140,25 @@ def rss_mb() -> float:
     return 0.0
 
 
+SERVER_PID: int | None = None
+"""The nats-server's process (a child is told it): its CPU is read beside each step's."""
+
+
+def server_cpu_seconds() -> float:
+    """The nats-server's CPU time so far (user + system, its own accounting), 0 unknown."""
+    if SERVER_PID is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{SERVER_PID}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Step:
-    """Times one step: wall seconds, and seconds of it in the garbage collector."""
+    """Times one step: wall seconds, seconds of it in the garbage collector, this process's
+    CPU and the server's meanwhile (on two cores, the server's share is part of the wall
+    time a step waits)."""
 
     def __init__(self, timer: GcTimer) -> None:
         self._timer = timer
@@ -147,12 +166,14 @@ class Step:
     def __enter__(self) -> Step:
         self.began, self.gc_began = time.perf_counter(), self._timer.seconds
         self.cpu_began = time.process_time()
+        self.server_began = server_cpu_seconds()
         return self
 
     def __exit__(self, *_: object) -> None:
         self.seconds = time.perf_counter() - self.began
         self.gc_seconds = self._timer.seconds - self.gc_began
         self.cpu_seconds = time.process_time() - self.cpu_began
+        self.server_seconds = server_cpu_seconds() - self.server_began
 
 
 def emit(**figures: Any) -> None:
@@ -184,7 +205,7 @@ async def load_main(url: str, count: int, started: datetime, checkpoint: bool) -
     with Step(timer) as step:
         await provider.reconcile(listed)
     figures = {"load_s": step.seconds, "load_cpu_s": step.cpu_seconds,
-               "load_gc_s": step.gc_seconds}
+               "load_gc_s": step.gc_seconds, "load_server_s": step.server_seconds}
     if checkpoint and checkpointing is not None:
         with Step(timer) as written:
             if not await checkpointing.write_now():
@@ -229,6 +250,8 @@ async def restart_main(url: str, count: int, started: datetime, walk: bool) -> N
         reconcile_unchanged_s=again.seconds, reconcile_unchanged_gc_s=again.gc_seconds,
         reconcile_unchanged_cpu_s=again.cpu_seconds,
         reconcile_partly_s=partly.seconds, reconcile_partly_gc_s=partly.gc_seconds,
+        reconcile_partly_cpu_s=partly.cpu_seconds,
+        reconcile_partly_server_s=partly.server_seconds,
         rss_list_mb=rss_list, state_mb=rss_reconciled - rss_list,
         state_warmed_mb=rss_warmed - rss_list,
         heap=getattr(ticker, "filed", None) or getattr(ticker, "heap_entries", 0),
@@ -267,7 +290,7 @@ async def one_repeat(count: int, started: datetime, walk: bool,
                      checkpoint: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp, NatsServer(tmp).start() as server:
         common = ["--url", server.url, "--schedules", str(count), "--started",
-                  started.isoformat()]
+                  started.isoformat(), "--server-pid", str(server.pid or "")]
         figures = await child("--child-load", *common,
                               *([] if checkpoint else ["--no-checkpoint"]))
         figures["replay_s"] = await raw_replay_seconds(server.url, PREFIX, count)
@@ -298,6 +321,7 @@ ROWS = (
     ("load_s", "first reconcile, all new", "s"),
     ("load_cpu_s", "  this process's CPU meanwhile", "s"),
     ("load_gc_s", "  of it in the garbage collector", "s"),
+    ("load_server_s", "  the server's CPU meanwhile", "s"),
     ("checkpoint_s", "then its checkpoint written", "s"),
     ("replay_s", "reference: raw replay of the Schedule subjects", "s"),
     ("start_s", "fresh process: start()", "s"),
@@ -310,7 +334,9 @@ ROWS = (
     ("reconcile_unchanged_gc_s", "  of it in the garbage collector", "s"),
     ("lookups_s", "  reference: N dict lookups (this machine's caches)", "s"),
     ("reconcile_partly_s", f"reconcile, 1 in {CHANGED_SHARE} changed", "s"),
+    ("reconcile_partly_cpu_s", "  this process's CPU meanwhile", "s"),
     ("reconcile_partly_gc_s", "  of it in the garbage collector", "s"),
+    ("reconcile_partly_server_s", "  the server's CPU meanwhile", "s"),
     ("state_mb", "RSS after the reconciles less the caller's list", "MB"),
     ("state_warmed_mb", "the same after the background warm-up", "MB"),
     ("rss_list_mb", "RSS with the caller's list, before start()", "MB"),
@@ -385,12 +411,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--child-restart", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--started", help=argparse.SUPPRESS)
+    parser.add_argument("--server-pid", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
 if __name__ == "__main__":
     arguments = parse()
     if arguments.child_load or arguments.child_restart:
+        SERVER_PID = int(arguments.server_pid) if arguments.server_pid else None
         when = datetime.fromisoformat(arguments.started)
         number = int(arguments.schedules)
         asyncio.run(load_main(arguments.url, number, when, not arguments.no_checkpoint)

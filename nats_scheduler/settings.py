@@ -62,9 +62,9 @@ class NatsSettings:
     store_retry_seconds: float = 12.0
     connect_timeout: float = 5.0
     max_concurrent_dispatch: int = 64
-    # What one replica was measured to hold within its budgets (bench/held.py); the bound is
-    # the history-retention pass, which visits every deployment (docs/configuration.md).
-    max_active_schedules: int = 100_000
+    # What one replica was measured to hold within its budgets (bench/scale.py and
+    # bench/held.py at a million: restart, first load, memory; docs/configuration.md).
+    max_active_schedules: int = 1_000_000
     # History: a Run is kept while it is among the newest ``retention_runs`` of its deployment
     # and younger than ``retention_days``; unfinished Runs are always kept (docs/configuration.md).
     retention_days: float = 90.0
