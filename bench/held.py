@@ -5,7 +5,7 @@
     .venv/bin/python bench/held.py --runs-per-schedule 0             # no Run history at all
 
 Why this exists: ``max_active_schedules`` (docs/configuration.md) must be what a replica
-provably holds. A replica that holds N Schedules keeps one table entry and one heap entry per
+provably holds. A replica that holds N Schedules keeps one table entry and one ticker entry per
 Schedule and loads them all at start, so the figures that bound N are: how fast N can be
 applied, how long a replica takes to start with N stored, its resident memory, and the CPU it
 burns while nothing is due.
