@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from nats_scheduler.clock import ManualClock
 from nats_scheduler.core import calendar
 from nats_scheduler.core.events import ScheduleRecord
-from nats_scheduler.runtime.ticker import Ticker
+from nats_scheduler.runtime.ticker import COMPACT_SLACK, Ticker
 from nats_scheduler.seam import RunPayload
 
 pytestmark = pytest.mark.anyio
@@ -208,6 +208,20 @@ async def test_changed_calendars_leave_nothing_behind() -> None:
         await h.settle()
         assert sorted(h.fired) == [(dep, datetime(2030, 3, 31, 5, 19, tzinfo=UTC))
                                    for dep in sorted(deps)]
+        # One Schedule moved to 3,000 instants in turn (months of changes): the emptied
+        # buckets go at once and the heap of instants is rebuilt before it holds more than
+        # twice its buckets (plus a slack); the last plan is the one that fires.
+        for change in range(3_000):
+            h.ticker.update(record("moved", f"{change % 60} {change // 60 % 24} "
+                                            f"{change // 1440 + 1} * *"))
+            assert len(h.ticker._instants) <= 2 * len(h.ticker._buckets) + COMPACT_SLACK
+        assert h.ticker.filed == len(deps) + 1
+        assert len(h.ticker._buckets) == 2  # the 300 due tomorrow at 05:19, and "moved"
+        assert h.ticker.next_due("moved") == datetime(2030, 4, 3, 1, 59, tzinfo=UTC)
+        h.clock.set(datetime(2030, 4, 3, 2, 0, tzinfo=UTC))
+        await h.settle()
+        assert [f for f in h.fired if f[0] == "moved"] == [
+            ("moved", datetime(2030, 4, 3, 1, 59, tzinfo=UTC))]
 
 
 _CALENDARS = [("* * * * *", "UTC"), ("30 2 * * *", "Europe/Berlin"),

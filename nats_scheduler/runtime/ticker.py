@@ -106,6 +106,11 @@ end itself fires."""
 
 OWNER_GRACE_SECONDS = 3.0
 """How often the replicas that do not own a due time look whether its owner fired it."""
+COMPACT_SLACK = 1_024
+"""Instants in the heap whose buckets emptied (their Schedules planned again), tolerated
+beyond one per bucket before the heap is rebuilt from the buckets: a replica that runs for
+months while calendars change keeps it at most twice its instants."""
+
 SHARED_CALENDARS = 20_000
 """At most this many distinct calendars are shared between Schedules' plans."""
 
@@ -143,7 +148,8 @@ class Ticker:
 
         self._instants: list[datetime] = []
         """A heap of the instants that have a bucket (an instant whose bucket emptied stays
-        until it comes up: dropped then)."""
+        until it comes up or the heap is rebuilt; one may be in it twice: the later finds
+        no bucket)."""
         self._buckets: dict[datetime, dict[str, _Next]] = {}
         """The Schedules due at each instant, in the order they were planned: a Schedule
         planned again leaves its old bucket, so no entry is ever stale."""
@@ -245,6 +251,9 @@ class Ticker:
         if bucket is None:
             bucket = self._buckets[due] = {}
             heapq.heappush(self._instants, due)
+            if len(self._instants) > 2 * len(self._buckets) + COMPACT_SLACK:
+                self._instants = list(self._buckets)  # emptied ones, however many changes
+                heapq.heapify(self._instants)
         bucket[entry.deployment_id] = entry
         self._filed += 1
 
@@ -256,6 +265,8 @@ class Ticker:
         if bucket is not None and bucket.get(entry.deployment_id) is entry:
             del bucket[entry.deployment_id]
             self._filed -= 1
+            if not bucket:
+                del self._buckets[entry.due]  # its instant is dropped when it comes up
 
     def _next_due(self, cron: str, timezone: str, after: datetime) -> datetime | None:
         """``calendar.next_due``, remembered per calendar: the first due time after ``a``
