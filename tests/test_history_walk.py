@@ -59,6 +59,18 @@ def day(n: int) -> datetime:
     return FIRST_DAY + timedelta(days=n)
 
 
+_FAR_MONTH = (datetime.now(UTC).month + 5) % 12 + 1
+FAR_DAILY = f"0 0 * {_FAR_MONTH},{_FAR_MONTH % 12 + 1} *"
+"""Due at midnight UTC on the days of two months half a year from now: the property test's
+hand-driven clock moves by hours from now, and a :data:`DAILY` Schedule fired the midnight it
+crossed (a Run nobody made: the test failed when run late in the UTC day)."""
+
+
+def far_day(n: int) -> datetime:
+    """The n-th due time of :data:`FAR_DAILY` in 2001 (n < 59: two months of days)."""
+    return datetime(2001, _FAR_MONTH, 1, tzinfo=UTC) + timedelta(days=n)
+
+
 def reader(provider: NatsSchedulerProvider, dep: str):  # type: ignore[no-untyped-def]
     async def read(before: str | None, limit: int) -> list[Run]:
         return await provider.list_runs(dep, limit=limit, before=before)
@@ -142,7 +154,7 @@ async def _make(providers: list[NatsSchedulerProvider], clock: ManualClock, dep:
     async def one(kind: str, replica: int) -> Run | None:
         provider = providers[replica]
         if kind in ("schedule", "again"):
-            when = last_due[-1] if kind == "again" and last_due else day(next(due))
+            when = last_due[-1] if kind == "again" and last_due else far_day(next(due))
             last_due.append(when)
             return await provider.fire_due(dep, when)
         if kind == "replay" and made:
@@ -171,7 +183,7 @@ def test_any_history_pages_completely_from_every_replica(
     a microsecond or by minutes: read from either replica, every page lists them all."""
     portal, providers, clock = replicas
     dep = f"walk-{next(IDS)}"
-    portal.call(providers[0].apply, schedule(dep))
+    portal.call(providers[0].apply, schedule(dep, FAR_DAILY))
     portal.call(eventually, lambda: providers[1].schedules.get(dep) is not None)
     made = portal.call(_make, providers, clock, dep, ops, together)
     by_id: dict[str, Run] = {}
