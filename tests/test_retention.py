@@ -353,3 +353,50 @@ async def test_a_clock_stepped_forward_runs_no_retention_pass_early(nats_url: st
             await provider.apply(schedule(f"after-step-{step}"))
             assert (await run_now(provider, f"after-step-{step}")).run_id
         assert passes == []
+
+
+async def test_a_pass_asks_nothing_more_of_a_history_with_nothing_before_its_oldest(
+    nats_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Retention searches by time and purges only where some Run event lies before the
+    deployment's oldest retained Run: a deployment never trimmed, or trimmed by an earlier
+    pass, costs two reads, which is what a pass over a million deployments is made of
+    (docs/benchmarks.md); one trimmed since still loses exactly its Runs past retention."""
+    prefix = unique_prefix()
+    async with running(nats_url, prefix, retention_runs=2, retention_interval=3600.0) as p:
+        one_clock(p)
+        for dep in ("trimmed", "short"):
+            await p.apply(schedule(dep))
+        runs = [await finished(p, await run_now(p, "trimmed")) for _ in range(4)]
+        short = await finished(p, await run_now(p, "short"))
+        assert p.runtime is not None
+        store = p.runtime.history._store
+        asked: list[str] = []
+        real_purge, real_batch = store.purge_subject, store.direct_batch
+
+        async def purge_subject(stream: str, subject: str, **kwargs: object) -> None:
+            asked.append(f"purge {subject.rsplit('.', 2)[-2]}")
+            await real_purge(stream, subject, **kwargs)  # type: ignore[arg-type]
+
+        async def direct_batch(stream: str, request: dict[str, object]) -> object:
+            if "start_time" in request:
+                asked.append(f"search {str(request['next_by_subj']).rsplit('.', 2)[-2]}")
+            return await real_batch(stream, request)
+
+        monkeypatch.setattr(store, "purge_subject", purge_subject)
+        monkeypatch.setattr(store, "direct_batch", direct_batch)
+        trimmed, untouched = Names(prefix).run_subject("trimmed", "x").rsplit(".", 2)[-2], \
+            Names(prefix).run_subject("short", "x").rsplit(".", 2)[-2]
+        await p.enforce_retention()
+        assert f"search {trimmed}" in asked and f"purge {trimmed}" in asked
+        assert not [a for a in asked if untouched in a], "nothing before its oldest Run"
+        for run in runs[:2]:
+            assert await stored_events(nats_url, prefix, "trimmed", run.run_id) == 0
+        for run in runs[2:]:
+            assert await stored_events(nats_url, prefix, "trimmed", run.run_id) > 0
+        assert await stored_events(nats_url, prefix, "short", short.run_id) > 0
+        asked.clear()
+        await p.enforce_retention()  # trimmed already: nothing left before its oldest
+        assert asked == []
+        for run in runs[2:]:
+            assert await stored_events(nats_url, prefix, "trimmed", run.run_id) > 0

@@ -285,7 +285,10 @@ class RunHistory:
         # Read once, before every index read of the pass (see _cut): not once per deployment.
         end = await self._store.last_seq(self._names.runs_stream) + 1
         for deployment_id in deployment_ids:
-            cut = await self._cut(deployment_id, end)
+            oldest = await self._first(deployment_id)
+            if oldest is not None and await self._begins_with(deployment_id, oldest):
+                continue  # nothing stored before its oldest retained Run: nothing to cut
+            cut = await self._cut(deployment_id, end, oldest)
             kept = open_runs.get(deployment_id, set())
             lowest = cut
             for run_id in kept:
@@ -302,16 +305,32 @@ class RunHistory:
                     cut_runs += 1
         return cut_runs
 
-    async def _cut(self, deployment_id: str, end: int) -> int:
+    async def _begins_with(self, deployment_id: str, oldest: _Stored) -> bool:
+        """Whether the deployment's first stored Run event is its oldest retained Run's.
+
+        Then no event lies before the oldest retained Run, so the cut would purge nothing
+        (a later Run's events all come after that event too, whatever the cut): a pass over
+        a million deployments with short histories is one index read and this one read
+        each, not a search by time and a purge request each (the idle cost at a million:
+        docs/benchmarks.md, "A million Schedules, third round")."""
+        msgs = await self._store.direct_batch(self._names.runs_stream, {
+            "seq": 1, "next_by_subj": self._names.deployment_runs_filter(deployment_id),
+            "batch": 1})
+        if not msgs:
+            return True  # no Run event at all
+        subject = (msgs[0].headers or {}).get(HDR_SUBJECT, "")
+        return subject == self._names.run_subject(deployment_id, oldest.entry.run_id)
+
+    async def _cut(self, deployment_id: str, end: int, first: _Stored | None) -> int:
         """The first Run event sequence of the deployment that is still retained.
 
         Decided on the server's own trimming of the index (by count, and by age in the
         server's time), never on this process's clock: a replica whose clock runs ahead must
-        not purge what the server still keeps.
+        not purge what the server still keeps. ``first``: the deployment's oldest retained
+        index entry, read after ``end``.
         """
         # ``end`` was read before the index: a Run created after it is past it; one created
         # before had its entry written first, so an empty index means none is retained.
-        first = await self._first(deployment_id)
         if first is None:
             return end
         return await self._first_seq_at(deployment_id, first.stored_at - self.purge_margin)
