@@ -3,7 +3,7 @@ replica that owns the job.
 
 The index stream's limits ARE the retention (docs/configuration.md, "History retention");
 what this loop adds is purging the events of the finished Runs the index no longer keeps
-(``RunHistory.enforce``). A pass costs about half a millisecond of CPU per deployment
+(``RunHistory.enforce``). A pass costs about a third of a millisecond of CPU per deployment
 (bench/held.py), so a pass over every deployment each interval made retention the one idle
 cost that grew with the number of Schedules: each pass visits the next slice instead,
 every deployment at least once per ``RETENTION_ROUND_SECONDS``.
