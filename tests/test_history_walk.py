@@ -44,31 +44,24 @@ from tests.providers import eventually, running
 pytestmark = pytest.mark.anyio
 
 PAYLOAD = RunPayload("agent:test", "summarise")
-DAILY = "0 0 * * *"
-"""Due at midnight UTC: tests fire past days by hand; a test's few hours never reach one."""
-FIRST_DAY = datetime(2001, 1, 1, tzinfo=UTC)
+_FAR_MONTH = (datetime.now(UTC).month + 5) % 12 + 1
+DUE = f"* * * {_FAR_MONTH} *"
+"""Due every minute of one month half a year from now. The tests fire past due times (in
+2001) by hand, and no clock of theirs, real or hand-driven, reaches a due time of the
+Schedule's own: a daily Schedule due at midnight UTC fired the midnight a test crossed (a Run
+nobody made, listed among the ones compared: a test run late in the UTC day failed)."""
+FIRST_DUE = datetime(2001, _FAR_MONTH, 1, tzinfo=UTC)
 IDS = itertools.count()
 
 
-def schedule(dep: str, cron: str = DAILY) -> Schedule:
+def schedule(dep: str, cron: str = DUE) -> Schedule:
     return Schedule(dep, dep, cron, "UTC", True, PAYLOAD, 1)
 
 
-def day(n: int) -> datetime:
-    """The n-th due time of :data:`DAILY` from :data:`FIRST_DAY` (all long past)."""
-    return FIRST_DAY + timedelta(days=n)
-
-
-_FAR_MONTH = (datetime.now(UTC).month + 5) % 12 + 1
-FAR_DAILY = f"0 0 * {_FAR_MONTH},{_FAR_MONTH % 12 + 1} *"
-"""Due at midnight UTC on the days of two months half a year from now: the property test's
-hand-driven clock moves by hours from now, and a :data:`DAILY` Schedule fired the midnight it
-crossed (a Run nobody made: the test failed when run late in the UTC day)."""
-
-
-def far_day(n: int) -> datetime:
-    """The n-th due time of :data:`FAR_DAILY` in 2001 (n < 59: two months of days)."""
-    return datetime(2001, _FAR_MONTH, 1, tzinfo=UTC) + timedelta(days=n)
+def due_time(n: int) -> datetime:
+    """The n-th due time of :data:`DUE` in 2001 (all long past; n < 40,320: a month of
+    minutes)."""
+    return FIRST_DUE + timedelta(minutes=n)
 
 
 def reader(provider: NatsSchedulerProvider, dep: str):  # type: ignore[no-untyped-def]
@@ -92,7 +85,7 @@ async def test_scheduled_runs_fired_one_after_another_page_completely(
     listed at 50 a page, every page after the first a third short)."""
     async with running(nats_url, unique_prefix()) as provider:
         await provider.apply(schedule("seq"))
-        made = [await provider.fire_due("seq", day(n)) for n in range(300)]
+        made = [await provider.fire_due("seq", due_time(n)) for n in range(300)]
         pages = await walk(reader(provider, "seq"), limit)
         assert_whole(pages, [r for r in made if r is not None], limit)
 
@@ -107,13 +100,13 @@ async def test_scheduled_runs_fired_at_once_page_completely(nats_url: str) -> No
 
         async def fire(n: int) -> Run | None:
             async with limit_calls:
-                return await provider.fire_due("busy", day(n))
+                return await provider.fire_due("busy", due_time(n))
 
         fired = await asyncio.gather(*(fire(n) for n in range(2000)))
-        await provider.fire_many([("busy", day(n)) for n in range(2000, 3000)])
+        await provider.fire_many([("busy", due_time(n)) for n in range(2000, 3000)])
         nows = await asyncio.gather(*(run_now(provider, "busy") for _ in range(100)))
         made = [r for r in fired if r is not None] + list(nows)
-        made += [await provider.get_run(scheduled_run_id("busy", day(n)))
+        made += [await provider.get_run(scheduled_run_id("busy", due_time(n)))
                  for n in range(2000, 3000)]
         for limit in (50, 333):
             assert_whole(await walk(reader(provider, "busy"), limit), made, limit)
@@ -154,7 +147,7 @@ async def _make(providers: list[NatsSchedulerProvider], clock: ManualClock, dep:
     async def one(kind: str, replica: int) -> Run | None:
         provider = providers[replica]
         if kind in ("schedule", "again"):
-            when = last_due[-1] if kind == "again" and last_due else far_day(next(due))
+            when = last_due[-1] if kind == "again" and last_due else due_time(next(due))
             last_due.append(when)
             return await provider.fire_due(dep, when)
         if kind == "replay" and made:
@@ -183,7 +176,7 @@ def test_any_history_pages_completely_from_every_replica(
     a microsecond or by minutes: read from either replica, every page lists them all."""
     portal, providers, clock = replicas
     dep = f"walk-{next(IDS)}"
-    portal.call(providers[0].apply, schedule(dep, FAR_DAILY))
+    portal.call(providers[0].apply, schedule(dep))
     portal.call(eventually, lambda: providers[1].schedules.get(dep) is not None)
     made = portal.call(_make, providers, clock, dep, ops, together)
     by_id: dict[str, Run] = {}
@@ -210,13 +203,13 @@ async def test_runs_made_while_paging_never_repeat_or_skip_the_others(nats_url: 
     async with running(nats_url, prefix) as a, running(nats_url, prefix) as b:
         await a.apply(schedule("live"))
         await eventually(lambda: b.schedules.get("live") is not None)
-        made = [await (a if n % 2 else b).fire_due("live", day(n)) for n in range(150)]
+        made = [await (a if n % 2 else b).fire_due("live", due_time(n)) for n in range(150)]
         made += await asyncio.gather(*(run_now(a, "live") for _ in range(50)))
         due = itertools.count(1000)
 
         async def more() -> None:
-            await asyncio.gather(b.fire_due("live", day(next(due))), run_now(a, "live"),
-                                 a.fire_due("live", day(next(due))))
+            await asyncio.gather(b.fire_due("live", due_time(next(due))), run_now(a, "live"),
+                                 a.fire_due("live", due_time(next(due))))
 
         pages = await walk(reader(a, "live"), 30, between=more)
         assert_whole(pages, [r for r in made if r is not None], 30)
@@ -232,7 +225,7 @@ async def test_retention_dropping_the_oldest_while_paging(nats_url: str) -> None
                        retention_interval=3600.0) as provider:
         await provider.apply(schedule("kept"))
         for n in range(200):
-            await provider.fire_due("kept", day(n))
+            await provider.fire_due("kept", due_time(n))
         start = await walk(reader(provider, "kept"), 1000)
         before = {r.run_id: r for r in start[0]}
         assert len(before) == 80
@@ -241,7 +234,7 @@ async def test_retention_dropping_the_oldest_while_paging(nats_url: str) -> None
 
         async def more() -> None:
             for _ in range(7):
-                run = await provider.fire_due("kept", day(next(due)))
+                run = await provider.fire_due("kept", due_time(next(due)))
                 assert run is not None
                 made[run.run_id] = run
 
@@ -266,9 +259,9 @@ async def test_a_replica_started_after_the_history_pages_it_whole(nats_url: str)
     prefix = unique_prefix()
     async with running(nats_url, prefix) as maker:
         await maker.apply(schedule("cold"))
-        made = [await maker.fire_due("cold", day(n)) for n in range(120)]
-        await maker.fire_many([("cold", day(n)) for n in range(120, 520)])
-        made += [await maker.get_run(scheduled_run_id("cold", day(n)))
+        made = [await maker.fire_due("cold", due_time(n)) for n in range(120)]
+        await maker.fire_many([("cold", due_time(n)) for n in range(120, 520)])
+        made += [await maker.get_run(scheduled_run_id("cold", due_time(n)))
                  for n in range(120, 520)]
         made += await asyncio.gather(*(run_now(maker, "cold") for _ in range(60)))
         first = made[0]
@@ -297,7 +290,7 @@ async def test_history_pages_whole_on_a_three_node_cluster(nats_cluster: NatsClu
         made: list[Run | None] = []
         for start in range(0, 240, 24):
             batch = range(start, start + 24)
-            made += await asyncio.gather(*(p.fire_due("r3", day(n))
+            made += await asyncio.gather(*(p.fire_due("r3", due_time(n))
                                            for n in batch for p in (a, b)),
                                          *(run_now(rng.choice((a, b)), "r3") for _ in range(4)))
         for provider in (a, b):
