@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -35,7 +36,7 @@ from typing import Protocol
 
 from opentelemetry.metrics import MeterProvider
 
-from ..clock import Clock, ServerClock
+from ..clock import Clock, ServerClock, sleep_for
 from ..core.events import ScheduleRecord
 from ..core.runcore import RetryPolicy
 from ..jetstream.outages import OutageLog
@@ -75,6 +76,10 @@ ADMIN_STOP_SECONDS = 2.0
 PLAN_CHUNK = 5_000
 """Schedules planned per event-loop turn when the table is ready (100,000 take about a
 second of CPU: in chunks, the loop keeps answering meanwhile)."""
+
+WARM_UP_RETRY_SECONDS = (15.0, 60.0, 300.0)
+"""Seconds before a failed warm-up is tried again: the first wait, the second, then every
+later one (a store out for long is tried every five minutes)."""
 
 LOOPS_STOP_SECONDS = 5.0
 """How long ``stop`` waits for the ticker, sweep, retention and warm-up loops to end."""
@@ -352,17 +357,27 @@ class Runtime:
 
     async def _warm_up(self) -> None:
         """Load each deployment's newest Run and the last day's Runs into the ledger's
-        summaries (last Run, failures, last scheduled)."""
-        try:
-            await load_newest(self.ledger, self.history,
-                              [record.deployment_id for record in self.table.all()])
-            await load_recent(self.ledger, self.history, self._clock.now())
-        except Exception:
-            log.warning("could not load the last day's runs; views fill in as runs change",
-                        exc_info=True)
-        finally:
-            release_freed_memory()  # the load's and the warm-up's transient objects
-            self.warmed.set()
+        summaries (last Run, failures, last scheduled); ``warmed`` is set once they are.
+
+        A failed attempt is tried again (:data:`WARM_UP_RETRY_SECONDS`): the usual cause is
+        this replica's own event loop, too busy during a large load to read the store's
+        answers in time (a million Schedules applied at once), and nothing else loads the
+        Runs stored before this start (the views would lack them until each deployment's
+        next Run). Loading again is harmless: each Run is taken by its sequence."""
+        for attempt in itertools.count():
+            try:
+                await load_newest(self.ledger, self.history,
+                                  [record.deployment_id for record in self.table.all()])
+                await load_recent(self.ledger, self.history, self._clock.now())
+                break
+            except Exception:
+                wait = WARM_UP_RETRY_SECONDS[min(attempt, len(WARM_UP_RETRY_SECONDS) - 1)]
+                log.warning("could not load the last day's runs; trying again in %.0f s "
+                            "(views fill in as runs change meanwhile)", wait, exc_info=True)
+            finally:
+                release_freed_memory()  # the load's and the warm-up's transient objects
+            await sleep_for(self._clock, wait)
+        self.warmed.set()
 
     async def current_schedule(self, deployment_id: str) -> ScheduleRecord | None:
         """The Schedule as stored when this call began, every change before it included.
