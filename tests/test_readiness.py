@@ -15,16 +15,20 @@ the follower and the firing are real.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 
+import msgspec
 import pytest
 
-from nats_scheduler import ManualClock
+from nats_scheduler import ManualClock, NatsSchedulerProvider
 from nats_scheduler.admin.client import AdminClient
+from nats_scheduler.core.events import ScheduleRecord
 from nats_scheduler.jetstream.follower import Follower
 from nats_scheduler.names import scheduled_run_id
+from nats_scheduler.runtime import wiring
 from nats_scheduler.runtime.membership import Membership
+from nats_scheduler.runtime.ticker import Dues, Ticker
 from nats_scheduler.seam import RunPayload, Schedule
 from nats_scheduler.testing.handler import RecordingRunHandler
 from tests.harness.servers import connect_fast, unique_prefix
@@ -158,3 +162,39 @@ async def test_schedule_changes_are_decided_once_the_table_is_loaded_before_the_
         assert replica.ledger.get(scheduled_run_id("dep-1", DUE)) is None  # 11:00 now
         assert replica.ledger.get(scheduled_run_id("dep-0", DUE)) is None  # deleted
         assert handler.run_ids("dep-new") == {new_run}
+
+
+async def test_a_schedule_changed_while_the_loaded_ones_are_planned_keeps_its_change(
+    nats_url: str, held_load: asyncio.Event, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The loaded Schedules are planned a chunk at a time; one that changes between two
+    chunks is planned by its change, and the chunk that holds it later plans the table's
+    record, not the older copy in the list planning began with."""
+    prefix = unique_prefix()
+    held_load.set()
+    async with running(nats_url, prefix, clock=ManualClock(T0)) as loader:
+        await loader.reconcile([daily(f"dep-{i}") for i in range(6)])
+    held_load.clear()
+    monkeypatch.setattr(wiring, "PLAN_CHUNK", 2)
+    replicas: list[NatsSchedulerProvider] = []
+    original = Ticker.plan_loaded
+
+    def plan_loaded(self: Ticker, records: Iterable[ScheduleRecord], began: datetime,
+                    dues: Dues | None = None) -> None:
+        original(self, records, began, dues)
+        runtime = replicas[0].runtime
+        assert runtime is not None
+        table = runtime.table
+        entry = table.entry("dep-5")
+        if entry is not None and entry.record.cron == "0 10 * * *":  # after the first chunk
+            table.apply(entry.seq + 1, msgspec.structs.replace(
+                entry.record, cron="0 11 * * *", version=2))
+
+    monkeypatch.setattr(Ticker, "plan_loaded", plan_loaded)
+    async with running(nats_url, prefix, clock=ManualClock(T0)) as replica:
+        replicas.append(replica)
+        held_load.set()
+        await replica.until_ready()
+        assert replica.ticker is not None
+        assert replica.ticker.next_due("dep-5") == DUE + timedelta(hours=1)
+        assert replica.ticker.next_due("dep-4") == DUE
