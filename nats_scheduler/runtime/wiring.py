@@ -362,8 +362,10 @@ class Runtime:
         A failed attempt is tried again (:data:`WARM_UP_RETRY_SECONDS`): the usual cause is
         this replica's own event loop, too busy during a large load to read the store's
         answers in time (a million Schedules applied at once), and nothing else loads the
-        Runs stored before this start (the views would lack them until each deployment's
-        next Run). Loading again is harmless: each Run is taken by its sequence."""
+        Runs stored before this start: the views would lack them until each deployment's
+        next Run, and an unfinished one whose key expired while no replica ran would stay
+        out of the recovery sweep's set (docs/architecture.md, section 5). Loading again is
+        harmless: each Run is taken by its sequence."""
         for attempt in itertools.count():
             try:
                 await load_newest(self.ledger, self.history,
