@@ -198,7 +198,8 @@ class Ticker:
                 return
         if resumes is not None:  # a due time at or after the hold's end fires
             start = max(start, resumes - _JUST_BEFORE)
-        self._plan(record.deployment_id, record.cron, record.timezone, start, dues, resumes)
+        self._plan(record.deployment_id, record.cron, record.timezone, start, known, dues,
+                   resumes)
 
     def plan_loaded(self, records: Iterable[ScheduleRecord], began: datetime,
                     dues: Dues | None = None) -> None:
@@ -211,7 +212,10 @@ class Ticker:
             self.update(record, max(began, record.updated_at), dues=dues)
 
     def _plan(self, deployment_id: str, cron: str, timezone: str, after: datetime,
-              dues: Dues | None = None, resumes: datetime | None = None) -> None:
+              known: _Next | None, dues: Dues | None = None,
+              resumes: datetime | None = None) -> None:
+        """Plan a Schedule from ``after`` in place of ``known``, its live plan (None: none;
+        looked up once, by :meth:`update`)."""
         key = (cron, timezone, after)
         found = None if dues is None else dues.get(key)
         if found is None:
@@ -220,9 +224,9 @@ class Ticker:
             except ValueError:
                 log.warning("schedule %s has an invalid calendar; not firing it",
                             deployment_id)
-                dropped = self._current.pop(deployment_id, None)
-                if dropped is not None:
-                    self._unfile(dropped)
+                if known is not None:
+                    del self._current[deployment_id]
+                    self._unfile(known)
                 self._resumes.pop(deployment_id, None)
                 return
             if dues is not None:
@@ -234,7 +238,6 @@ class Ticker:
         due, plan = found
         self._generation += 1
         entry = _Next(due, self._generation, deployment_id, plan)
-        known = self._current.get(deployment_id)
         if known is not None:
             self._unfile(known)
         self._current[deployment_id] = entry
