@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from nats_scheduler.core import events
+from nats_scheduler.jetstream.event_feed import in_order
 from nats_scheduler.seam import EnqueueRequest, RunPayload, RunState, Schedule, Trigger
 from tests.harness.servers import connect_fast, unique_prefix
 from tests.providers import eventually, running
@@ -88,3 +89,29 @@ async def test_live_events_are_json_with_schema_and_type(nats_url: str) -> None:
                 "schedule.applied"} <= seen
     finally:
         await nc.close()
+
+
+def test_a_feed_keeps_each_stream_in_its_order_and_merges_streams_by_time() -> None:
+    """Events of one stream come back in the order they were stored, even when a later one
+    carries an earlier time (written by another process, whose estimate of the store's
+    clock differs by a few milliseconds: a hold listed before the apply it followed, seen
+    in the admin service's test under load); events of different streams are merged by
+    their times."""
+    t0 = datetime(2031, 7, 1, 10, 0, tzinfo=UTC)
+    record = events.ScheduleRecord(deployment_id="d", name="d", cron="* * * * *",
+                                   timezone="UTC", enabled=True,
+                                   payload=RunPayload("t", "p"), updated_at=t0)
+
+    def applied(ms: int) -> events.ScheduleApplied:
+        return events.ScheduleApplied(at=t0 + timedelta(milliseconds=ms), actor="a",
+                                      schedule=record)
+
+    def held(ms: int) -> events.ScheduleHeld:
+        return events.ScheduleHeld(at=t0 + timedelta(milliseconds=ms), actor="b",
+                                   schedule=record, by="op", reason="why")
+
+    first, hold, second = applied(10), held(8), applied(30)  # the hold stamped 2 ms early
+    other_early, other_late = applied(5), applied(20)  # another stream
+    buffered = [(0, 3, second), (1, 7, other_late), (0, 1, first), (0, 2, hold),
+                (1, 6, other_early)]
+    assert in_order(buffered) == [other_early, first, hold, other_late, second]

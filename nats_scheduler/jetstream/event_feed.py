@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -42,6 +43,23 @@ def type_matches(tag: str, types: set[str] | None) -> bool:
     if not types:
         return True
     return any(tag == t or tag.startswith(t.rstrip(".*") + ".") for t in types)
+
+
+
+def in_order(buffered: list[tuple[int, int, AnyEvent]]) -> list[AnyEvent]:
+    """Events read from several streams ``(source, stream sequence, event)``, oldest first:
+    each stream's in its own order (its sequence), the streams merged by the events' times.
+
+    Not one sort by time: events of one stream are stamped by the clocks of the processes
+    that wrote them (each the store's clock as that process estimates it), so a later event
+    can carry an earlier time than the one stored before it; the stream's order is the
+    order they happened in (a hold shown before the apply it followed)."""
+    streams: dict[int, list[tuple[int, AnyEvent]]] = {}
+    for source, seq, event in buffered:
+        streams.setdefault(source, []).append((seq, event))
+    ordered = ([event for _, event in sorted(items, key=lambda item: item[0])]
+               for items in streams.values())
+    return list(heapq.merge(*ordered, key=lambda event: event.at))
 
 
 class EventFeed:
@@ -110,19 +128,18 @@ class EventFeed:
             if pending[index] < 0:
                 return []
         caught_up = {i for i, n in pending.items() if n == 0}
-        buffered: list[tuple[AnyEvent, int]] = []
+        buffered: list[tuple[int, int, AnyEvent]] = []
         while len(caught_up) < len(self.sources):
             try:
                 index, msg = await asyncio.wait_for(self._queue.get(), self.timeout)
             except TimeoutError:
                 break  # a source went quiet before reporting the end: show what we have
-            self._keep(buffered, msg)
+            self._keep(buffered, index, msg)
             if msg.metadata.num_pending == 0:
                 caught_up.add(index)
         while not self._queue.empty():
-            self._keep(buffered, self._queue.get_nowait()[1])
-        buffered.sort(key=lambda item: (item[0].at, item[1]))
-        events = [event for event, _ in buffered]
+            self._keep(buffered, *self._queue.get_nowait())
+        events = in_order(buffered)
         return events[-history:] if history > 0 else []
 
     async def _wait_for_stream(self, index: int, stream: str, subject: str, history: int,
@@ -136,10 +153,10 @@ class EventFeed:
                     return -1
                 await asyncio.sleep(0.5)  # poll: the first provider creates it at start
 
-    def _keep(self, buffered: list[tuple[AnyEvent, int]], msg: Msg) -> None:
+    def _keep(self, buffered: list[tuple[int, int, AnyEvent]], index: int, msg: Msg) -> None:
         event = self._decode(msg)
         if event is not None:
-            buffered.append((event, msg.metadata.sequence.stream))
+            buffered.append((index, msg.metadata.sequence.stream, event))
 
     def _decode(self, msg: Msg) -> AnyEvent | None:
         try:
