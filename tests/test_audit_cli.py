@@ -65,8 +65,9 @@ DEP = "nightly-report"
 DUE = "2031-01-01T01:00:00+00:00"  # 02:00 in Berlin: the guide's Msg-Id example
 CRON = "0 2 1 1 *"  # once a year, so nothing fires by itself while the test runs
 ADMIN, ADMIN_PASSWORD = "platform-admin", "platform-admin-test-pw"
-ACCOUNT_USER_LINE = ('{ user: "auditor",   password: $NATS_AUDITOR_PASSWORD,   '
-                     'permissions: $AUDITOR_PERMISSIONS }')
+ACCOUNT_USER_LINE = ('{ user: "scheduler", password: $NATS_SCHEDULER_PASSWORD, '
+                     'permissions: $SCHEDULER_PERMISSIONS }')
+"""The line of the store's account (ASTRABOX): a platform admin who creates streams is there."""
 EXAMPLE_URL = "nats://nats.example:4222"
 CLEAN_UP = re.compile(r"^publish \$JS\.API\.CONSUMER\.DELETE\."
                       r"(KV_SCHED_LEASES|KV_SCHED_REPLICAS|SCHED_RUNS|SCHED_SCHEDULES)\.")
@@ -441,7 +442,7 @@ def _create_headers(sh: Shell, h: History, command: str) -> None:
 @shows(r"schedule\.held\" or \.type == \"schedule\.released\"\) \| \{type, at, by, caller")
 def _who_held(sh: Shell, h: History, command: str) -> None:
     found = sh.run(command, DEP=DEP).json_lines()
-    proven = {"user": "operator", "account": "ASTRABOX"}
+    proven = {"user": "operator", "account": "SCHED_OPS"}
     assert [(e["type"], e["by"], e["caller"], e["on_behalf_of"], e["reason"]) for e in found] == [
         ("schedule.held", "operator", proven, "alice@security", "maintenance window"),
         ("schedule.released", "operator", proven, None, "done"),
@@ -470,7 +471,7 @@ def _cli_who_held(sh: Shell, h: History, command: str) -> None:
 def _cli_hold(sh: Shell, h: History, command: str) -> None:
     hold = sh.run(command, DEP=DEP).json()
     assert (hold["by"], hold["caller"], hold["reason"]) == (
-        "operator", {"user": "operator", "account": "ASTRABOX"}, "freeze")
+        "operator", {"user": "operator", "account": "SCHED_OPS"}, "freeze")
 
 
 @shows(r"^FROM=\$\(date -u -d yesterday")

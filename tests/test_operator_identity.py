@@ -41,7 +41,7 @@ SECOND = "operator-2"
 SECOND_PASSWORD = "operator-2-test-pw"
 OPERATOR_LINE = ('{ user: "operator",  password: $NATS_OPERATOR_PASSWORD,  '
                  'permissions: $OPERATOR_PERMISSIONS }')
-ACCOUNT = "ASTRABOX"
+ACCOUNT = "SCHED_OPS"
 
 
 def two_operators() -> str:
