@@ -331,6 +331,16 @@ class Names:
         """The one subject of the outage records: appended in order, by compare-and-set."""
         return f"{self.prefix}.outage"
 
+    @property
+    def outages_filter(self) -> str:
+        """What the outage stream captures: every two-token subject of the prefix, the
+        records' one among them. A wildcard on purpose: the server delivers a push
+        consumer's messages only to a subject someone subscribed to by its exact name, and
+        a stream's own subscription on a literal subject counts as one. With every stream
+        on wildcards, a consumer whose deliver subject is a stream's subject delivers
+        nothing (docs/configuration.md, "Users and permissions")."""
+        return f"{self.prefix}.*"
+
     def is_outage_subject(self, subject: str) -> bool:
         return subject == self.outage_subject
 

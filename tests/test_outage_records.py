@@ -132,3 +132,37 @@ async def test_a_start_whose_first_requests_go_unanswered_still_records_the_outa
     assert unanswered == {"ensure": 0, "append": 0}
     found = await records(nats_url, prefix)
     assert [r.event.actor for r in found] == ["second"]
+
+
+async def test_a_stream_of_an_earlier_release_is_brought_to_the_wildcard_keeping_its_records(
+        nats_url: str) -> None:
+    """Earlier releases created the outage stream on its one literal subject, to which a
+    consumer of anybody allowed to create one could deliver; a start brings it to the
+    wildcard (docs/operations.md, "Upgrades"), and the records stay readable."""
+    import dataclasses
+    from datetime import UTC, datetime
+
+    from nats_scheduler.core.events import encode
+    from nats_scheduler.jetstream.outages import stream_config
+    from nats_scheduler.jetstream.store import Store
+    from nats_scheduler.names import Names
+
+    prefix = unique_prefix()
+    names = Names(prefix)
+    nc = await connect_fast(nats_url)
+    try:
+        js = nc.jetstream()
+        old = dataclasses.replace(stream_config(names, settings(nats_url, prefix)),
+                                  subjects=[names.outage_subject])
+        await js.add_stream(old)
+        start = datetime(2026, 1, 1, tzinfo=UTC)
+        event = OutageRecorded(at=start, actor="old", start=start,
+                               end=start + timedelta(hours=1), evidence="replicas")
+        await js.publish(names.outage_subject, encode(event))
+        log = OutageLog(Store(nc, settings(nats_url, prefix)))
+        assert await log.ensure()
+        info = await js.stream_info(names.outages_stream)
+        assert info.config.subjects == [names.outages_filter]
+        assert [r.event for r in await log.records()] == [event]
+    finally:
+        await nc.close()

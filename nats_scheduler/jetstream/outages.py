@@ -68,7 +68,7 @@ def stream_config(names: Names, settings: NatsSettings) -> StreamConfig:
     """The outage stream: ordered records of one subject, kept as long as the history."""
     age = settings.retention_days * 86400.0
     return StreamConfig(
-        name=names.outages_stream, subjects=[names.outage_subject],
+        name=names.outages_stream, subjects=[names.outages_filter],
         description="AstraBox scheduler: spans in which no provider replica ran",
         retention=RetentionPolicy.LIMITS, storage=StorageType.FILE,
         num_replicas=settings.replicas, discard=DiscardPolicy.OLD, max_age=age,
@@ -126,8 +126,12 @@ class OutageLog:
                     with contextlib.suppress(nats.js.errors.BadRequestError):  # a race lost
                         await js.add_stream(wanted)
                     return True
-                if info.config.max_age != wanted.max_age:
+                if (info.config.max_age != wanted.max_age
+                        or info.config.subjects != wanted.subjects):
+                    # a stream of a release before the wildcard (its literal subject let a
+                    # consumer deliver into it) is brought to it, keeping its records
                     await js.update_stream(replace(info.config, max_age=wanted.max_age,
+                                                   subjects=wanted.subjects,
                                                    duplicate_window=wanted.duplicate_window))
         except Exception as exc:
             if warn:
