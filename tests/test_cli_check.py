@@ -97,7 +97,7 @@ async def test_check_passes_a_real_history_and_fails_a_poisoned_one(
     assert [(v["check"], v["subject"]) for v in report_json["violations"]] == [
         ("invented", "d@2032-02-29T03:00Z")]
 
-    # a message on an event subject that is not an event: "poison", exit 7
+    # a message on an event subject that is not an event: "foreign", exit 7
     nc = await connect_fast(nats_url)
     try:
         await nc.jetstream().publish(Names(prefix).run_subject("d", "junk"), b"{not json")
@@ -105,7 +105,7 @@ async def test_check_passes_a_real_history_and_fails_a_poisoned_one(
         await nc.close()
     code, out, _ = await run_cli(capsys, nats_url, prefix)
     assert code == 7
-    assert "poison:" in out and "junk" in out
+    assert "foreign:" in out and "junk" in out
 
     # an unreadable calls file is an invalid request
     (tmp_path / "bad.jsonl").write_text("{}\n")

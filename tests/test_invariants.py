@@ -151,15 +151,15 @@ def test_a_good_history_has_no_violations(good: Builder) -> None:
 
 def test_every_check_is_named_and_described() -> None:
     assert set(invariants.CHECKS) == {
-        "poison", "transition", "projection", "doubled", "missed", "invented", "paused",
+        "foreign", "transition", "projection", "doubled", "missed", "invented", "paused",
         "sessions", "unfinished", "admit_order", "stolen", "early", "paging",
         "unexplained"}
 
 
-# ----------------------------------------------------------------------------- poison
+# ----------------------------------------------------------------------------- foreign
 
 
-def test_undecodable_and_misfiled_messages_are_poison(good: Builder) -> None:
+def test_undecodable_and_misfiled_messages_are_foreign(good: Builder) -> None:
     options = good_options(good)  # the ledger of a provider that skipped the poison
     good._store(good.runs, NAMES.run_subject("d", "x"), 1, None, "not JSON")
     first = good.runs[0].event
@@ -170,9 +170,9 @@ def test_undecodable_and_misfiled_messages_are_poison(good: Builder) -> None:
     good._store(good.runs, NAMES.run_subject("d", "y"), 3, schedule_event)
     good._store(good.schedules, NAMES.schedule_subject("other"), 4, schedule_event)
     report = invariants.check(good.history(), options)
-    poison = [v for v in report.violations if v.check == "poison"]
+    poison = [v for v in report.violations if v.check == "foreign"]
     assert len(poison) == 4, report.text()
-    assert checks(report) == {"poison"}  # skipped by every other check, like a projection
+    assert checks(report) == {"foreign"}  # skipped by every other check, like a projection
 
 
 # ----------------------------------------------------------------------------- transitions

@@ -16,6 +16,7 @@ from ..core.events import AnyEvent, RunEventType, ScheduleEvent
 from ..core.pause_visibility import PAUSE_VISIBILITY_SECONDS
 from ..jetstream.leases import LeaseValue
 from ..projections.ledger import Ledger
+from .invariant_report import Violation
 
 EARLY_TOLERANCE = 0.05
 """Seconds a scheduled Run may be stored (or claimed) before its due time by the server's
@@ -101,6 +102,9 @@ class History:
     leases: Mapping[str, LeaseValue] = field(default_factory=dict)
     read_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     account: AccountFacts | None = None
+    foreign: Sequence[Violation] = ()
+    """The foreign messages of the index, buckets, outage records and checkpoints
+    (``foreign_scan.py``): reported as they are."""
 
 
 @dataclass(frozen=True)

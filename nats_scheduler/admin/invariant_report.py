@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -43,6 +44,13 @@ class Report:
         head = (f"checked {self.runs} runs, {self.schedules} schedules, {self.events} events: "
                 f"{len(self.violations)} violations")
         return "\n".join([head, *(f"  {v.line()}" for v in self.violations)])
+
+    def adding(self, violations: Iterable[Violation]) -> Report:
+        """This report with ``violations`` found elsewhere (the same store) added."""
+        more = tuple(violations)
+        if not more:
+            return self
+        return dataclasses.replace(self, violations=tuple(sorted({*self.violations, *more})))
 
     def to_builtins(self) -> dict[str, object]:
         return {"runs": self.runs, "schedules": self.schedules, "events": self.events,

@@ -15,9 +15,11 @@ clock, except where the handler's record is compared with them (``clock_toleranc
 
 The checks (``CHECKS`` names them; docs/failure-modes.md says which test proves what):
 
-- ``poison``: a message on an event subject that does not decode as an event of that
-  subject, or names another Run or Schedule than its subject. Skipped by the other checks,
-  as the projections skip it.
+- ``foreign``: a stored message that is not the scheduler's own (jetstream/foreign.py): on
+  an event subject, one that does not decode as an event of that subject, or names another
+  Run or Schedule than its subject; in the history index, the buckets, the outage records
+  and the checkpoints, one their readers cannot take (``foreign_scan.py``, passed in as
+  ``History.foreign``). Skipped by the other checks, as every reader skips it.
 - ``transition``: a Run event that :func:`~nats_scheduler.core.runcore.evolve` rejects (an
   impossible transition, or a state that does not follow from the Run before it). The
   replay continues from the last valid state, which is what the ledger must hold.
@@ -95,7 +97,7 @@ __all__ = ["CHECKS", "EARLY_TOLERANCE", "Checker", "HandlerCall", "History", "Op
            "Report", "StoredEvent", "Violation", "Window", "check"]
 
 CHECKS: dict[str, str] = {
-    "poison": "a stored message that is not a valid event of its subject",
+    "foreign": "a stored message that is not the scheduler's own (any stream or bucket)",
     "transition": "a Run event that cannot follow the Run's state before it",
     "projection": "the provider's ledger differs from a replay of the events",
     "doubled": "more than one Run for one due time of one deployment",
@@ -121,7 +123,7 @@ def check(history: History, options: Options | None = None) -> Report:
                       account=history.account)
     for stored in history.runs:
         checker.feed(stored)
-    return checker.finish(history.read_at)
+    return checker.finish(history.read_at).adding(history.foreign)
 
 
 @dataclass
@@ -183,7 +185,8 @@ class Checker:
         self.events += 1
         problem = _run_problem(self._names, stored)
         if problem is not None:
-            self._found.append(Violation("poison", f"{stored.subject}#{stored.seq}", problem))
+            self._found.append(Violation("foreign", f"{stored.subject}#{stored.seq}",
+                                         f"in {self._names.runs_stream}: {problem}"))
             return
         event: RunEventType = stored.event  # type: ignore[assignment]
         run_id = event.run.run_id
@@ -325,20 +328,22 @@ def _run_problem(names: Names, stored: StoredEvent) -> str | None:
 def _group_schedules(names: Names, stored_events: Iterable[StoredEvent]
                      ) -> tuple[dict[str, ScheduleHistory], list[Violation]]:
     schedules: dict[str, ScheduleHistory] = {}
-    poison: list[Violation] = []
+    foreign: list[Violation] = []
+    where = f"in {names.schedules_stream}"
     for stored in stored_events:
         event = stored.event
         if event is None or not isinstance(event, ScheduleEvent):
             detail = (f"does not decode: {stored.error}" if event is None
                       else f"a {stored.type} event on a schedule subject")
-            poison.append(Violation("poison", f"{stored.subject}#{stored.seq}", detail))
+            foreign.append(Violation("foreign", f"{stored.subject}#{stored.seq}",
+                                     f"{where}: {detail}"))
             continue
         if stored.subject != _schedule_subject(names, event.schedule.deployment_id):
-            poison.append(Violation("poison", f"{stored.subject}#{stored.seq}",
-                                    "names another deployment than its subject"))
+            foreign.append(Violation("foreign", f"{stored.subject}#{stored.seq}",
+                                     f"{where}: names another deployment than its subject"))
             continue
         schedules.setdefault(event.schedule.deployment_id, []).append((stored, event))
-    return schedules, poison
+    return schedules, foreign
 
 
 def _schedule_subject(names: Names, deployment_id: str) -> str:

@@ -28,9 +28,10 @@ from typing import TypeVar
 import msgspec
 
 from ..clock import Clock, SystemClock
-from ..core.events import RunRecord, ScheduleRecord, decode_schedule_event
+from ..core.events import RunRecord, ScheduleRecord
 from ..jetstream.connection import Connection, server_version
 from ..jetstream.errors import is_engine_failure
+from ..jetstream.foreign import ForeignMessage, lease_value_on, schedule_event_on
 from ..jetstream.history_reads import PagedHistory
 from ..jetstream.leases import LeaseValue
 from ..jetstream.runlog import RunLog
@@ -93,11 +94,12 @@ async def guarded(what: str, op: Callable[[], Awaitable[T]]) -> T:
 
 
 def _lease_value(stored: Stored) -> LeaseValue | None:
+    """A stored lease, or None: closed, or not a lease of ours (foreign: skipped)."""
     if stored.headers.get(HDR_KV_OPERATION) in ("DEL", "PURGE") or not stored.data:
         return None
     try:
-        return msgspec.json.decode(stored.data, type=LeaseValue)
-    except msgspec.DecodeError:
+        return lease_value_on(stored.subject, stored.data)
+    except ForeignMessage:
         return None
 
 
@@ -127,8 +129,21 @@ class StoreReader:
             timeout=self.timeout))
         table = ScheduleTable()
         for item in stored:
-            table.apply(item.seq, decode_schedule_event(item.data).schedule)
+            record = await self._schedule_of(item.subject, item.data)
+            if record is not None:
+                table.apply(item.seq, record)
         return table
+
+    async def _schedule_of(self, subject: str, data: bytes) -> ScheduleRecord | None:
+        """The Schedule a subject's last message holds; when it is foreign (not an event of
+        ours: jetstream/foreign.py), the subject's last event of ours, read on its own."""
+        try:
+            return schedule_event_on(subject, data).schedule
+        except ForeignMessage:
+            pass
+        store = self.store()
+        tail = await guarded("a schedule", lambda: store.tail(subject, schedule_event_on))
+        return None if tail.ours is None else schedule_event_on(subject, tail.ours.data).schedule
 
     def store(self) -> Store:
         """The provider's store reads over this connection (no process needed)."""
@@ -155,7 +170,7 @@ class StoreReader:
         subject = self.names.schedule_subject(checked(deployment_id, "deployment ID"))
         stored = await guarded("a schedule", lambda: last_message(
             self.nc, self.names.schedules_stream, subject, timeout=self.timeout))
-        return None if stored is None else decode_schedule_event(stored.data).schedule
+        return None if stored is None else await self._schedule_of(subject, stored.data)
 
     async def run_record(self, run_id: str) -> RunRecord | None:
         """A retained Run by ID, or None."""

@@ -31,6 +31,7 @@ from ..jetstream.outages import OutageLog
 from ..jetstream.store_reads import Stored, index_retention
 from ..names import Names
 from .account_reads import AccountReader
+from .foreign_scan import foreign_messages
 from .invariants import AccountFacts, Checker, History, Options, Report, StoredEvent
 from .paging_check import PAGING_SAMPLE, PagingSample, check_paging
 from .reader import StoreReader, guarded
@@ -97,8 +98,10 @@ async def load_history(nc: Connection, prefix: str = "SCHED", *, timeout: float 
         nc, names.schedules_stream, names.schedules_filter, timeout=timeout))
     leases = await StoreReader(nc, prefix, timeout=timeout).leases()
     account = await account_facts(nc, prefix, timeout=timeout)
+    foreign = await guarded("the index, buckets and records", lambda: foreign_messages(
+        nc, names, timeout=timeout))
     return History(prefix=prefix, runs=runs, schedules=schedules, leases=leases,
-                   read_at=read_at, account=account)
+                   read_at=read_at, account=account, foreign=foreign)
 
 
 @dataclass(frozen=True)
@@ -155,7 +158,8 @@ async def check_stored(nc: Connection, prefix: str, options: Options, *,
                 progress(checker.events, time.monotonic() - began)
 
     await guarded("run events", feed)
-    report = checker.finish(read_at)
+    report = checker.finish(read_at).adding(await guarded(
+        "the index, buckets and records", lambda: foreign_messages(nc, names, timeout=timeout)))
     walked = time.monotonic()
     paging = await check_paging(StoreReader(nc, prefix, timeout=timeout), sample.deployments)
     if paging:

@@ -50,7 +50,8 @@ from ..ports.checkpoints import (
     Entry,
 )
 from .errors import Conflict
-from .event_store import StoredMessage
+from .event_store import Judge, StoredMessage, SubjectTail
+from .foreign import ForeignLog, ForeignMessage, reason_of
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +77,14 @@ class CheckpointStore(Protocol):
 
     async def publish(self, subject: str, data: bytes, *, msg_id: str) -> int: ...
 
-    async def append(self, subject: str, data: bytes, *, expected_seq: int, msg_id: str,
-                     retry_seconds: float | None = None) -> tuple[int, bool]: ...
+    @property
+    def foreign(self) -> ForeignLog: ...
 
-    async def last(self, subject: str, stream: str | None = None) -> StoredMessage | None: ...
+    async def append(self, subject: str, data: bytes, *, expected_seq: int, msg_id: str,
+                     retry_seconds: float | None = None,
+                     judge: Judge | None = None) -> tuple[int, bool]: ...
+
+    async def tail(self, subject: str, judge: Judge, *, known: int = 0) -> SubjectTail: ...
 
     async def next(self, subject: str, from_seq: int = 1) -> StoredMessage | None: ...
 
@@ -93,6 +98,22 @@ _encode_head = msgspec.json.Encoder().encode
 _decode_head = msgspec.json.Decoder(CheckpointHead).decode
 _encode_rows = msgspec.msgpack.Encoder().encode
 _decode_rows = msgspec.msgpack.Decoder(list[CheckpointRow]).decode
+
+
+def head_on(subject: str, data: bytes) -> CheckpointHead:
+    """A checkpoint's head stored on ``subject``, or ForeignMessage (jetstream/foreign.py)."""
+    try:
+        return _decode_head(data)
+    except (msgspec.DecodeError, ValueError) as exc:
+        raise ForeignMessage(subject, reason_of(exc)) from exc
+
+
+def rows_on(subject: str, data: bytes) -> list[CheckpointRow]:
+    """A checkpoint's part stored on ``subject``, or ForeignMessage."""
+    try:
+        return _decode_rows(data)
+    except (msgspec.DecodeError, ValueError) as exc:
+        raise ForeignMessage(subject, reason_of(exc)) from exc
 
 
 def _row_bytes(record: ScheduleRecord) -> int:
@@ -144,17 +165,14 @@ class Checkpoints:
         return await self._store.created(self._names.schedules_stream)
 
     async def latest(self) -> tuple[int, CheckpointHead] | None:
-        """The newest checkpoint's head with its sequence, or None (none, or not ours)."""
-        last = await self._store.last(self._names.checkpoint_head_subject,
-                                      self._names.checkpoints_stream)
-        if last is None:
+        """The newest checkpoint's head with its sequence, or None (none, or not ours). A
+        foreign message after it is skipped (jetstream/foreign.py): the next head is
+        written after that message, on this head's sequence."""
+        tail = await self._store.tail(self._names.checkpoint_head_subject, head_on)
+        if tail.ours is None:
             return None
-        try:
-            head = _decode_head(last.data)
-        except msgspec.DecodeError:
-            log.warning("the newest checkpoint's head is not one this scheduler reads")
-            return None
-        return (last.seq, head) if head.schema == SCHEMA else None
+        head = head_on(tail.ours.subject, tail.ours.data)
+        return (tail.ours.seq, head) if head.schema == SCHEMA else None
 
     async def rows(self, head: CheckpointHead) -> AsyncGenerator[list[CheckpointRow], None]:
         """Its rows, a part at a time, in order; CheckpointUnusable when a part is missing
@@ -179,15 +197,20 @@ class Checkpoints:
                 if message is None or message.seq <= previous:  # none asked, or guessed wrong
                     _drop(ahead)
                     message = await self._store.next(subject, previous + 1)
-                if message is None:
+                rows = None
+                while message is not None and rows is None:
+                    try:
+                        rows = rows_on(subject, message.data)
+                    except ForeignMessage as exc:  # not a part of ours: the next one is
+                        self._store.foreign.noted("checkpoints", subject, message.seq,
+                                                  exc.reason)
+                        _drop(ahead)
+                        message = await self._store.next(subject, message.seq + 1)
+                if message is None or rows is None:
                     raise CheckpointUnusable(f"part {index + 1} of {head.parts} is missing")
                 previous = message.seq
                 while len(ahead) < min(READ_AHEAD, head.parts - index - 1):
                     ahead.append(ask(previous + len(ahead) + 1))
-                try:
-                    rows = _decode_rows(message.data)
-                except msgspec.DecodeError as exc:
-                    raise CheckpointUnusable(f"part {index + 1} does not decode: {exc}") from None
                 count += len(rows)
                 yield rows
         finally:
@@ -216,7 +239,7 @@ class Checkpoints:
                                   schedules=len(entries), written_at=now, by=by)
             head_seq, _ = await self._store.append(
                 self._names.checkpoint_head_subject, _encode_head(head), expected_seq=previous,
-                msg_id=checkpoint_msg_id(checkpoint_id, None))
+                msg_id=checkpoint_msg_id(checkpoint_id, None), judge=head_on)
         except BaseException as exc:
             await self._forget(subject)
             if isinstance(exc, Conflict):

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -34,6 +34,7 @@ from ..settings import NatsSettings
 from .acks import Ack, Outgoing
 from .decisions import DecisionNonces
 from .direct import Answer, Request
+from .foreign import ForeignLog
 
 T = TypeVar("T")
 
@@ -50,11 +51,30 @@ class StoredMessage:
     """The server's timestamp of storing it."""
 
 
+Judge = Callable[[str, bytes], object]
+"""Takes a stored message (its subject and body) as the provider's own, returning what it
+holds, or raises :class:`~.foreign.ForeignMessage` (jetstream/foreign.py)."""
+
+
+class SubjectTail(NamedTuple):
+    """Where a subject ends, and its last message of ours (``Store.tail``)."""
+
+    last_seq: int
+    """The subject's last sequence, whatever it holds (0: empty): where an append goes."""
+    ours: StoredMessage | None
+    """Its last message the judge takes as ours (None: none is)."""
+
+
 class EventLog(Protocol):
     """Conditional appends and leader reads: what the Run and Schedule logs write and read."""
 
     @property
     def names(self) -> Names: ...
+
+    @property
+    def foreign(self) -> ForeignLog:
+        """Where readers count the foreign messages they skip (jetstream/foreign.py)."""
+        ...
 
     @property
     def decisions(self) -> DecisionNonces:
@@ -67,9 +87,15 @@ class EventLog(Protocol):
         ...
 
     async def append(self, subject: str, data: bytes, *, expected_seq: int, msg_id: str,
-                     retry_seconds: float | None = None) -> tuple[int, bool]:
+                     retry_seconds: float | None = None,
+                     judge: Judge | None = None) -> tuple[int, bool]:
         """Append if the subject's last sequence is ``expected_seq``: (sequence, duplicate);
-        Conflict when another writer got there first."""
+        Conflict when another writer got there first. With ``judge``, foreign messages
+        stored after ``expected_seq`` are stepped over (``Store.append``)."""
+        ...
+
+    async def tail(self, subject: str, judge: Judge, *, known: int = 0) -> SubjectTail:
+        """The subject's last sequence and its last message of ours (``Store.tail``)."""
         ...
 
     async def publish_once(self, subject: str, data: bytes,
@@ -104,13 +130,23 @@ class HistoryStore(Protocol):
     def names(self) -> Names: ...
 
     @property
+    def foreign(self) -> ForeignLog:
+        """Where readers count the foreign messages they skip (jetstream/foreign.py)."""
+        ...
+
+    @property
     def settings(self) -> NatsSettings:
         """The retention settings live here (``retention_days``, ``retention_runs``)."""
         ...
 
     async def append(self, subject: str, data: bytes, *, expected_seq: int, msg_id: str,
-                     retry_seconds: float | None = None) -> tuple[int, bool]:
+                     retry_seconds: float | None = None,
+                     judge: Judge | None = None) -> tuple[int, bool]:
         """A conditional append (:meth:`EventLog.append`): the index writer's compare-and-set."""
+        ...
+
+    async def tail(self, subject: str, judge: Judge, *, known: int = 0) -> SubjectTail:
+        """The subject's last sequence and its last message of ours (``Store.tail``)."""
         ...
 
     async def publish_batched(self, stream: str,
@@ -140,6 +176,11 @@ class FollowedStore(Protocol):
 
     @property
     def names(self) -> Names: ...
+
+    @property
+    def foreign(self) -> ForeignLog:
+        """Where readers count the foreign messages they skip (jetstream/foreign.py)."""
+        ...
 
     async def last_seq(self, stream: str) -> int: ...
 

@@ -27,6 +27,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from .event_store import FollowedStore
+from .foreign import ForeignLog, ForeignMessage, stream_kind
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,9 @@ class Follower:
     from_seq: int | None = None
     on_skip: Callable[[], None] | None = None
     catch_up: bool = False
+    foreign: ForeignLog | None = None
+    """Where a foreign message (jetstream/foreign.py) is counted, once, with a warning once per
+    subject; without it, it is refused like any other."""
     applied_seq: int = field(default=0, init=False)
     poisoned: int = field(default=0, init=False)
     """Messages skipped because the projection refused them (see the module docstring)."""
@@ -134,6 +138,11 @@ class Follower:
         """Count and log a message the projection refused (also one its writer held back
         and let go later: jetstream/runlog.py)."""
         self.poisoned += 1
+        if isinstance(exc, ForeignMessage) and self.foreign is not None:
+            self.last_poison = f"#{seq} on {subject}: {exc.reason}"
+            self.foreign.noted(stream_kind(self.store.names, self.stream), subject, seq,
+                               exc.reason)
+            return
         if self.on_skip is not None:
             self.on_skip()
         reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""

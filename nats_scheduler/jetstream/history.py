@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import msgspec
 from nats.aio.msg import Msg
 
-from ..core.events import RunRecord, decode_run_event
+from ..core.events import RunRecord
 from ..names import (
     HDR_NUM_PENDING,
     HDR_SEQUENCE,
@@ -27,6 +28,7 @@ from ..names import (
 )
 from ..ports.history import Indexed, IndexEntry, IndexPosition
 from .event_store import HistoryStore
+from .foreign import ForeignLog, ForeignMessage, index_entry_on, reason_of, run_event_on
 from .history_writes import IndexWriter, decode_entry
 
 __all__ = ["IndexEntry", "IndexPosition", "RunHistory"]
@@ -65,14 +67,23 @@ def _stored_at(msg: Msg) -> datetime:
     return datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00")
 
 
-def _index_entry(msg: Msg) -> _Stored | None:
+def _index_entry(msg: Msg, foreign: ForeignLog | None = None) -> _Stored | None:
+    """The entry of a batched read's message (with headers), or None when it is not ours:
+    never let a foreign message break a page (counted in ``foreign`` when given)."""
     headers = msg.headers or {}
     try:
         entry = decode_entry(msg.data)
-    except msgspec.DecodeError:
-        return None  # not ours: never let a foreign message break a page
+    except msgspec.DecodeError as exc:
+        if foreign is not None:
+            foreign.noted("index", headers.get(HDR_SUBJECT, msg.subject or ""),
+                          int(headers.get(HDR_SEQUENCE, 0)), reason_of(exc))
+        return None
     return _Stored(entry, int(headers.get(HDR_SEQUENCE, 0)), _stored_at(msg),
                    int(headers.get(HDR_NUM_PENDING, 0)))
+
+
+FOREIGN_STEP = 64
+"""Entries read per request while stepping over foreign messages of an index subject."""
 
 
 class RunHistory:
@@ -114,7 +125,47 @@ class RunHistory:
         """The deployment's oldest retained entry, with how many follow it."""
         msgs = await self._store.direct_batch(self._names.index_stream, {
             "next_by_subj": self._names.index_subject(deployment_id), "batch": 1})
-        return _index_entry(msgs[0]) if msgs else None
+        if not msgs:
+            return None
+        return self._entry(msgs[0]) or await self.first_ours(
+            self._names.index_subject(deployment_id), _seq(msgs[0]) + 1)
+
+    def _entry(self, msg: Msg) -> _Stored | None:
+        return _index_entry(msg, self._store.foreign)
+
+    async def first_ours(self, subject: str, seq: int) -> _Stored | None:
+        """The first entry of ours on ``subject`` at or after ``seq`` (foreign messages
+        stepped over: jetstream/foreign.py)."""
+        while True:
+            msgs = await self._store.direct_batch(self._names.index_stream, {
+                "seq": seq, "next_by_subj": subject, "batch": FOREIGN_STEP})
+            for msg in msgs:
+                if (stored := self._entry(msg)) is not None:
+                    return stored
+            if len(msgs) < FOREIGN_STEP:
+                return None
+            seq = _seq(msgs[-1]) + 1
+
+    async def last_ours(self, subject: str) -> _Stored | None:
+        """The newest entry of ours on ``subject``: the leader says which (foreign messages
+        after it skipped), a batched read gives it with its headers."""
+        tail = await self._store.tail(subject, index_entry_on)
+        if tail.ours is None:
+            return None
+        return await self.first_ours(subject, tail.ours.seq)
+
+    async def run_state(self, subject: str) -> tuple[int, RunRecord] | None:
+        """A Run's last event of ours on ``subject`` (a wildcard allowed), from the leader:
+        what a batched read could not tell when the Run's last message is foreign."""
+        judge = partial(run_event_on, self._names)
+        tail = await self._store.tail(subject, judge)
+        if tail.ours is None:
+            return None
+        try:
+            event = run_event_on(self._names, tail.ours.subject, tail.ours.data)
+        except ForeignMessage:  # pragma: no cover - the tail took it as ours
+            return None
+        return tail.ours.seq, event.run
 
     async def states(self, runs: Iterable[tuple[str, str]]) -> dict[str, tuple[int, RunRecord]]:
         """The current ``(sequence, state)`` of each ``(deployment_id, run_id)``, by Run ID.
@@ -129,17 +180,24 @@ class RunHistory:
 
     async def _last_of(self, subjects: list[str]) -> dict[str, tuple[int, RunRecord]]:
         found: dict[str, tuple[int, RunRecord]] = {}
+        foreign: list[str] = []
         for start in range(0, len(subjects), MAX_SUBJECTS):
             chunk = subjects[start:start + MAX_SUBJECTS]
             msgs = await self._store.direct_batch(self._names.runs_stream,
                                                   {"multi_last": chunk, "batch": len(chunk)})
             for msg in msgs:
+                headers = msg.headers or {}
+                subject = headers.get(HDR_SUBJECT, msg.subject or "")
                 try:
-                    record = decode_run_event(msg.data).run
-                except msgspec.DecodeError:
-                    continue  # not an event of ours: never let it break a read
-                seq = int((msg.headers or {}).get(HDR_SEQUENCE, 0))
-                found[record.run_id] = (seq, record)
+                    record = run_event_on(self._names, subject, msg.data).run
+                except ForeignMessage:
+                    foreign.append(subject)  # its last event of ours is read on its own
+                    continue
+                found[record.run_id] = (int(headers.get(HDR_SEQUENCE, 0)), record)
+        for subject in foreign:
+            state = await self.run_state(subject)
+            if state is not None:
+                found[state[1].run_id] = state
         return found
 
     async def entries(self, deployment_id: str) -> list[Indexed]:
@@ -151,7 +209,7 @@ class RunHistory:
         while True:
             msgs = await self._store.direct_batch(self._names.index_stream, {
                 "seq": seq, "next_by_subj": subject, "batch": MAX_BATCH})
-            found.extend(Indexed(s.seq, s.entry) for s in map(_index_entry, msgs)
+            found.extend(Indexed(s.seq, s.entry) for s in map(self._entry, msgs)
                          if s is not None)
             if len(msgs) < MAX_BATCH:
                 return found
@@ -159,9 +217,12 @@ class RunHistory:
 
     async def _last(self, deployment_id: str) -> _Stored | None:
         """The deployment's newest entry."""
+        subject = self._names.index_subject(deployment_id)
         msgs = await self._store.direct_batch(self._names.index_stream, {
-            "multi_last": [self._names.index_subject(deployment_id)], "batch": 1})
-        return _index_entry(msgs[0]) if msgs else None
+            "multi_last": [subject], "batch": 1})
+        if not msgs:
+            return None
+        return self._entry(msgs[0]) or await self.last_ours(subject)
 
     async def _window_end(
         self, deployment_id: str, before: RunRecord | None, last: _Stored
@@ -178,7 +239,7 @@ class RunHistory:
                 msgs = await self._store.direct_batch(self._names.index_stream, {
                     "start_time": _iso(first_event.stored_at + SLACK),
                     "next_by_subj": self._names.index_subject(deployment_id), "batch": 1})
-                after = _index_entry(msgs[0]) if msgs else None
+                after = self._entry(msgs[0]) if msgs else None
                 if after is not None:
                     return after.seq
         return last.seq + 1
@@ -194,8 +255,8 @@ class RunHistory:
                 "multi_last": [self._names.index_subject(d) for d in chunk],
                 "batch": len(chunk)})
             for msg in msgs:
-                stored = _index_entry(msg)
                 subject = (msg.headers or {}).get(HDR_SUBJECT, "")
+                stored = self._entry(msg) or (await self.last_ours(subject) if subject else None)
                 if stored is not None and subject:
                     latest[untoken(subject.rsplit(".", 1)[-1])] = stored.entry
         return latest
@@ -221,7 +282,7 @@ class RunHistory:
             msgs = await self._store.direct_batch(self._names.index_stream, request)
             chunk: list[tuple[str, IndexEntry]] = []
             for msg in msgs:
-                stored = _index_entry(msg)
+                stored = self._entry(msg)
                 subject = (msg.headers or {}).get(HDR_SUBJECT, "")
                 if stored is None or not subject:
                     continue
@@ -360,3 +421,7 @@ class RunHistory:
         if msgs:
             return int((msgs[0].headers or {}).get(HDR_SEQUENCE, 0))
         return await self._store.last_seq(self._names.runs_stream) + 1
+
+
+def _seq(msg: Msg) -> int:
+    return int((msg.headers or {}).get(HDR_SEQUENCE, 0))

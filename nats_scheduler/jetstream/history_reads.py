@@ -29,6 +29,7 @@ import msgspec
 
 from ..core import validation
 from ..core.events import RunRecord, decode_run_event
+from ..names import HDR_SEQUENCE
 from ..ports.history import IndexEntry, Page
 from .direct import Answer, Request
 from .event_store import HistoryStore
@@ -99,8 +100,8 @@ class HistoryPages:
             requests.append((names.runs_stream, {
                 "last_by_subj": names.run_subject(deployment_id, before), "no_hdr": True}))
         answers = await self._read(requests)
-        first = _one_entry(answers[0])
-        last = _one_entry(answers[1])
+        first = await self._first_entry(index, answers[0])
+        last = await self._last_entry(index, answers[1])
         oldest = None if first is None else first.seq
         cursor = known_cursor
         if before is not None:
@@ -114,15 +115,27 @@ class HistoryPages:
             return Page([], cursor, oldest)
         return Page(await self._page(deployment_id, limit, cursor, first, last), cursor, oldest)
 
+    async def _first_entry(self, subject: str, answer: Answer) -> _Stored | None:
+        """The deployment's oldest entry: the answer's, or the first of ours after it when
+        the answer is a foreign message (jetstream/foreign.py)."""
+        if not answer.messages:
+            return None
+        message = answer.messages[0]
+        return _index_entry(message, self._store.foreign) or await self._history.first_ours(
+            subject, int((message.headers or {}).get(HDR_SEQUENCE, 0)) + 1)
+
+    async def _last_entry(self, subject: str, answer: Answer) -> _Stored | None:
+        """The deployment's newest entry: the answer's, or the leader's last of ours when
+        the answer is a foreign message."""
+        if not answer.messages:
+            return None
+        return (_index_entry(answer.messages[0], self._store.foreign)
+                or await self._history.last_ours(subject))
+
     async def _leader_cursor(self, run_id: str) -> RunRecord | None:
         """The cursor Run as the leader has it: a follower may not have it yet."""
-        stored = await self._store.last(self._names.run_lookup_filter(run_id))
-        if stored is None:
-            return None
-        try:
-            return decode_run_event(stored.data).run
-        except msgspec.DecodeError:
-            return None
+        state = await self._history.run_state(self._names.run_lookup_filter(run_id))
+        return None if state is None else state[1]
 
     async def _retained(self, record: RunRecord, first: _Stored | None, now: datetime) -> bool:
         """:meth:`RunHistory.retained`, on the oldest entry this page read already."""
@@ -276,6 +289,9 @@ class HistoryPages:
             for run_id in ids])
         for run_id, answer in zip(ids, answers, strict=True):
             record = _one_run(answer)
+            if record is None and answer.messages:  # foreign: its last event of ours, alone
+                state = await self._history.run_state(names.run_subject(deployment_id, run_id))
+                record = None if state is None else state[1]
             into[run_id] = record if record is not None and record.run_id == run_id else None
 
 
@@ -288,10 +304,6 @@ def _entries(answer: Answer) -> list[IndexEntry]:
         except msgspec.DecodeError:
             continue  # not ours: never let a foreign message break a page
     return entries
-
-
-def _one_entry(answer: Answer) -> _Stored | None:
-    return _index_entry(answer.messages[0]) if answer.messages else None
 
 
 def _one_run(answer: Answer) -> RunRecord | None:

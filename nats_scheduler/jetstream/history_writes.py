@@ -50,6 +50,7 @@ from . import errors
 from .acks import Outgoing
 from .errors import Conflict
 from .event_store import HistoryStore
+from .foreign import index_entry_on
 
 TICK = timedelta(microseconds=1)
 """How much later than the last entry a new one is stamped when the clock has not moved on
@@ -81,15 +82,20 @@ class Tail(NamedTuple):
 
     seq: int
     entry: IndexEntry | None
-    """None for a message on the subject that is not an entry of ours."""
+    """None for a message on the subject that is not an entry of ours (jetstream/foreign.py)."""
+    floor: datetime | None = None
+    """When ``entry`` is None: the ``created_at`` of the last entry of ours before that
+    message, which a new entry must still follow (None: not known, or none)."""
 
 
 def after(tail: Tail | None, instant: datetime) -> datetime:
     """The ``created_at`` of an entry appended after ``tail``: ``instant``, unless that is
     not later than the tail's (then one :data:`TICK` after it)."""
-    if tail is None or tail.entry is None or instant > tail.entry.created_at:
+    latest = None if tail is None else (
+        tail.entry.created_at if tail.entry is not None else tail.floor)
+    if latest is None or instant > latest:
         return instant
-    return tail.entry.created_at + TICK
+    return latest + TICK
 
 
 def _entry_of(data: bytes) -> IndexEntry | None:
@@ -335,9 +341,17 @@ class IndexWriter:
         return IndexPosition(seq, entry.created_at)
 
     async def _leader_tail(self, subject: str) -> Tail | None:
-        """The subject's last entry, from the stream leader (a follower may lag)."""
+        """The subject's last entry, from the stream leader (a follower may lag). When the
+        last message is foreign, the entry of ours before it gives the key to follow."""
         stored = await self._store.last(subject)
-        return None if stored is None else Tail(stored.seq, _entry_of(stored.data))
+        if stored is None:
+            return None
+        entry = _entry_of(stored.data)
+        if entry is not None:
+            return Tail(stored.seq, entry)
+        tail = await self._store.tail(subject, index_entry_on)
+        ours = None if tail.ours is None else _entry_of(tail.ours.data)
+        return Tail(tail.last_seq, None, None if ours is None else ours.created_at)
 
     async def _tails(self, subjects: list[str]) -> dict[str, Tail]:
         """Each subject's last entry, read in batches (direct gets: a follower may answer
@@ -352,4 +366,9 @@ class IndexWriter:
                 if subject:
                     tails[subject] = Tail(int(headers.get(HDR_SEQUENCE, 0)),
                                           _entry_of(msg.data))
+        for subject, tail in list(tails.items()):
+            if tail.entry is None:  # foreign: the leader says which entry it follows
+                leader = await self._leader_tail(subject)
+                if leader is not None:
+                    tails[subject] = leader
         return tails

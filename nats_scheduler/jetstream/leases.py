@@ -53,10 +53,11 @@ from ..names import (
     HDR_MARKER_REASON,
     HDR_TTL,
 )
-from ..ports.leases import FREE, Claimed, Lease, LeaseValue
+from ..ports.leases import FREE, UNREADABLE, Claimed, Lease, LeaseValue
 from . import errors
 from .acks import Outgoing
 from .event_store import LeaseStore
+from .foreign import ForeignMessage, lease_run_id, lease_value_on
 
 __all__ = ["FREE", "Claimed", "Lease", "LeaseValue", "Leases"]
 
@@ -71,7 +72,6 @@ _PRUNE_ABOVE = 10_000
 """Observed leases kept before the ones not read for a while are forgotten."""
 
 _encode = msgspec.json.Encoder().encode
-_decode = msgspec.json.Decoder(LeaseValue).decode
 
 CLOSED_MARKER_TTL = 10.0
 """Seconds the purge marker of a key closed by :meth:`Leases.forget` lives."""
@@ -184,14 +184,16 @@ class Leases:
         if entry.value is None or entry.operation in ("DEL", "PURGE"):
             self._seen.pop(run_id, None)
             return None
-        self._observe(run_id, int(entry.revision or 0))
+        revision = int(entry.revision or 0)
+        self._observe(run_id, revision)
+        subject = self._subject(run_id)
         try:
-            return int(entry.revision or 0), _decode(entry.value)
-        except msgspec.DecodeError:
-            return int(entry.revision or 0), LeaseValue(
-                run_id=run_id, holder="?", expires_at=self._clock.now(),
-                acquired_at=self._clock.now(),
-            )
+            return revision, lease_value_on(subject, entry.value)
+        except ForeignMessage as exc:  # nobody's: anyone may take it at once
+            self._store.foreign.noted("leases", subject, revision, exc.reason)
+            return revision, LeaseValue(run_id=run_id, holder=UNREADABLE,
+                                        expires_at=self._clock.now(),
+                                        acquired_at=self._clock.now())
 
     def _observe(self, run_id: str, revision: int) -> None:
         now = self._elapsed()
@@ -221,8 +223,8 @@ class Leases:
         from its next read: after an outage the holder gets a lease length to renew, rather
         than losing its Run to the first replica to look (``READ_GAP``).
         """
-        if value.holder == FREE:
-            return True  # given back unfinished (a drain): anyone may take it at once
+        if value.holder in (FREE, UNREADABLE):
+            return True  # given back unfinished (a drain), or foreign: anyone's at once
         seen = self._seen.get(value.run_id)
         if seen is None:
             return False
@@ -306,6 +308,11 @@ class Leases:
             # The key exists. Ours, if this is a resend after a lost acknowledgement (the
             # server checks the expected sequence before the duplicate window).
             current = await self.current(run_id)
+            if current is not None and current[1].holder == UNREADABLE:
+                # a foreign message on a new Run's key: taken over, as the key would be
+                taken = await _attempt(self._cas(run_id, value, current[0]))
+                return (Lease(run_id, self._key(run_id), taken, value)
+                        if isinstance(taken, int) else None)
             if current is None or current[1].holder != self.identity:
                 return None
             return Lease(run_id, self._key(run_id), current[0], current[1])
@@ -361,8 +368,18 @@ class Leases:
                     HDR_MARKER_REASON in headers) or not msg.data:
                 found.pop(msg.subject, None)
             else:
-                with contextlib.suppress(msgspec.DecodeError):
-                    found[msg.subject] = _decode(msg.data)
+                try:
+                    found[msg.subject] = lease_value_on(msg.subject, msg.data)
+                except ForeignMessage as exc:
+                    # not a lease of ours, on the key of a Run that may be open: the key
+                    # names the Run, which stays known, its lease anyone's to take
+                    self._store.foreign.noted("leases", msg.subject, meta.sequence.stream,
+                                              exc.reason)
+                    run_id = lease_run_id(msg.subject)
+                    if run_id is not None:
+                        found[msg.subject] = LeaseValue(
+                            run_id=run_id, holder=UNREADABLE, expires_at=self._clock.now(),
+                            acquired_at=self._clock.now())
             last.note(meta.sequence.consumer, meta.num_pending)
 
         names = self._store.names

@@ -34,10 +34,19 @@ from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfi
 from nats.js.kv import KeyValue
 
 from ..core.dueaccount import Outage
-from ..core.events import OutageRecorded, decode_outage_event, encode
+from ..core.events import OutageRecorded, encode
 from ..core.liveness import Peer
-from ..names import HDR_SEQUENCE, HDR_TIME_STAMP, Names, outage_msg_id, stream_info_subject
+from ..names import (
+    HDR_SEQUENCE,
+    HDR_SUBJECT,
+    HDR_TIME_STAMP,
+    Names,
+    outage_msg_id,
+    stream_info_subject,
+)
 from ..settings import NatsSettings
+from .foreign import ForeignLog, ForeignMessage, outage_event_on
+from .presence import replica_value_on
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -82,10 +91,6 @@ class LastWrite:
 
     stream: str
     at: datetime
-
-
-class _Joined(msgspec.Struct):
-    started_at: datetime
 
 
 @dataclass(frozen=True)
@@ -193,36 +198,36 @@ class OutageLog:
         stamp = created if isinstance(created, datetime) else datetime.fromtimestamp(0, UTC)
         left = entry.operation in ("DEL", "PURGE") or not entry.value
         started = None
-        if not left:
-            with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
-                started = msgspec.json.decode(entry.value or b"", type=_Joined).started_at
         try:
             name = self._names.replica_of_key(key)
         except (ValueError, UnicodeDecodeError):
             name = key
+        if not left:
+            try:  # a value that is not a replica's (foreign) is no sign of a replica
+                started = replica_value_on(self._names, self._names.replica_subject(name),
+                                           entry.value or b"").started_at
+            except (ForeignMessage, ValueError):
+                left = True
         return Peer(name, stamp, left, started)
 
     # ------------------------------------------------------------------ records
 
     async def last(self) -> tuple[int, Recorded | None]:
         """The newest record from the stream leader, and the sequence to append after (0:
-        none). A message that is not a record still counts for the sequence."""
-        stored = await self._store.last(self._names.outage_subject,
-                                        stream=self._names.outages_stream)
-        if stored is None:
-            return 0, None
-        try:
-            event = decode_outage_event(stored.data)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return stored.seq, None
-        return stored.seq, Recorded(stored.seq, stored.stored_at or event.at, event)
+        none). A message that is not a record (foreign: jetstream/foreign.py) still counts
+        for the sequence, and the record before it is the newest."""
+        tail = await self._store.tail(self._names.outage_subject, outage_event_on)
+        if tail.ours is None:
+            return tail.last_seq, None
+        event = outage_event_on(tail.ours.subject, tail.ours.data)
+        return tail.last_seq, Recorded(tail.ours.seq, tail.ours.stored_at or event.at, event)
 
     async def append(self, event: OutageRecorded, expected_seq: int) -> int:
         """Append a record after the one at ``expected_seq``; :class:`~.errors.Conflict` when
         another replica recorded one first (the caller reads it and decides again)."""
         seq, _ = await self._store.append(
             self._names.outage_subject, encode(event), expected_seq=expected_seq,
-            msg_id=outage_msg_id(event.start, event.end))
+            msg_id=outage_msg_id(event.start, event.end), judge=outage_event_on)
         return seq
 
     async def records(self, since: datetime | None = None) -> list[Recorded]:
@@ -239,23 +244,25 @@ class OutageLog:
         found: list[Recorded] = []
         while True:
             msgs = await self._store.direct_batch(self._names.outages_stream, request)
-            found.extend(r for r in map(_recorded, msgs) if r is not None)
+            found.extend(r for m in msgs if (r := _recorded(m, self._store.foreign)) is not None)
             if len(msgs) < READ_BATCH:
                 return found
             request = {"seq": int((msgs[-1].headers or {}).get(HDR_SEQUENCE, 0)) + 1,
                        "next_by_subj": self._names.outage_subject, "batch": READ_BATCH}
 
 
-def _recorded(msg: Msg) -> Recorded | None:
+def _recorded(msg: Msg, foreign: ForeignLog) -> Recorded | None:
     headers = msg.headers or {}
     stored_at = parse_server_time(headers.get(HDR_TIME_STAMP, ""))
+    seq = int(headers.get(HDR_SEQUENCE, 0))
     try:
-        event = decode_outage_event(msg.data)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None  # not a record: never let a foreign message break the account
+        event = outage_event_on(headers.get(HDR_SUBJECT, msg.subject or ""), msg.data)
+    except ForeignMessage as exc:  # never let a foreign message break the account
+        foreign.noted("outages", exc.subject, seq, exc.reason)
+        return None
     if stored_at is None:
         return None
-    return Recorded(int(headers.get(HDR_SEQUENCE, 0)), stored_at, event)
+    return Recorded(seq, stored_at, event)
 
 
 async def _keys(kv: KeyValue) -> dict[str, KeyValue.Entry]:

@@ -19,6 +19,7 @@ from ..ports.schedules import ScheduleCopies
 from ..settings import NatsSettings
 from .checkpoints import Checkpoints
 from .connection import connect
+from .foreign import ForeignLog
 from .history_reads import PagedHistory
 from .leases import Leases
 from .presence import JetStreamReplicas
@@ -46,7 +47,8 @@ class JetStreamPorts:
         self.leases = Leases(store, clock, identity, settings.lease_seconds)
         self.schedules = ScheduleLog(store, table, on_stale=on_stale)
         self.runs = RunLog(store, ledger, history=self.history, leases=self.leases)
-        self.replicas = JetStreamReplicas(store.js, store.names, replicas=settings.replicas)
+        self.replicas = JetStreamReplicas(store.js, store.names, replicas=settings.replicas,
+                                          foreign=store.foreign)
         self.checkpoints = Checkpoints(store) if store.checkpoints else None
 
     @property
@@ -71,12 +73,15 @@ class JetStreamPorts:
 
 async def open_store(settings: NatsSettings, identity: str, *,
                      count_error: Callable[[str], None] | None = None,
+                     count_foreign: Callable[[str], None] | None = None,
                      before_ensure: Callable[[Store], Awaitable[None]] | None = None) -> Store:
     """Connect as ``identity``, check the server and prepare the streams and the lease
     bucket (``SchedulerUnavailable``, ``SchedulerConfigurationError``). ``before_ensure``
     reads the store as it was before this process changed anything (the outage record's
-    last writes)."""
-    store = Store(await connect(settings, identity), settings, count_error=count_error)
+    last writes). ``count_foreign`` hears of each foreign message a reader skips, by the
+    kind of its stream (jetstream/foreign.py)."""
+    store = Store(await connect(settings, identity), settings, count_error=count_error,
+                  foreign=ForeignLog(count_foreign))
     try:
         await store.check_server()
         if before_ensure is not None:

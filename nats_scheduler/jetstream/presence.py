@@ -52,6 +52,7 @@ from ..names import Names
 from ..ports.replicas import RegistryRefused
 from ..tasks import cancel_and_wait
 from .errors import is_transient
+from .foreign import ForeignLog, ForeignMessage, reason_of
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,22 @@ class PresenceValue(msgspec.Struct, frozen=True, kw_only=True):
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(PresenceValue).decode
+
+
+def replica_value_on(names: Names, subject: str, data: bytes) -> PresenceValue:
+    """The value stored on a replica key's ``subject``, or :class:`ForeignMessage`: not a
+    replica's value, or one announcing another replica than the key names."""
+    try:
+        value = _decode(data)
+    except (msgspec.DecodeError, ValueError) as exc:
+        raise ForeignMessage(subject, reason_of(exc)) from exc
+    try:
+        filed = names.replica_subject(value.identity)
+    except ValueError:
+        filed = ""
+    if filed != subject:
+        raise ForeignMessage(subject, f"replica {value.identity!r} under another key")
+    return value
 
 
 def bucket_config(names: Names, *, replicas: int, beat_seconds: float) -> KeyValueConfig:
@@ -124,8 +141,10 @@ class Presence:
     def __init__(self, kv: KeyValue, names: Names, identity: str, *, beat_seconds: float,
                  elapsed: Callable[[], float],
                  on_sample: Callable[[Sample], None] | None = None,
-                 wall: Callable[[], float] = time.time, clock: Clock | None = None) -> None:
+                 wall: Callable[[], float] = time.time, clock: Clock | None = None,
+                 foreign: ForeignLog | None = None) -> None:
         self._kv = kv
+        self._foreign = foreign or ForeignLog()
         self._clock: Clock = clock or SystemClock()
         """Where the times in our value come from (for people only: liveness is elapsed time)."""
         self._names = names
@@ -161,7 +180,7 @@ class Presence:
                    elapsed: Callable[[], float] = time.monotonic,
                    on_sample: Callable[[Sample], None] | None = None,
                    wall: Callable[[], float] = time.time,
-                   clock: Clock | None = None) -> Presence:
+                   clock: Clock | None = None, foreign: ForeignLog | None = None) -> Presence:
         """Bind the replicas bucket (creating it on first use); :meth:`start` to join.
 
         ``on_sample`` gets one sample of the server's clock per beat, timed on ``elapsed``
@@ -171,7 +190,7 @@ class Presence:
         config = bucket_config(names, replicas=replicas, beat_seconds=beat_seconds)
         kv = await _bind_or_create(js, config)
         return cls(kv, names, identity, beat_seconds=beat_seconds, elapsed=elapsed,
-                   on_sample=on_sample, wall=wall, clock=clock)
+                   on_sample=on_sample, wall=wall, clock=clock, foreign=foreign)
 
     # ------------------------------------------------------------------ joining and leaving
 
@@ -288,23 +307,25 @@ class Presence:
             self._dirty = True  # the others' puts age against it
         if entry.key == self._key and entry.operation not in ("DEL", "PURGE"):
             self._stamped(entry)
-        if entry.operation in ("DEL", "PURGE") or not entry.value:
+        identity = None if entry.operation in ("DEL", "PURGE") or not entry.value else (
+            self._identity_of(entry))
+        if identity is None:  # gone, or not a replica of ours (foreign): not a live one
             if self._seen.pop(entry.key, None) is not None:
                 self._dirty = True
             return
-        self._seen[entry.key] = (self._identity_of(entry),
-                                 self._newest if stamp is None else stamp)
+        self._seen[entry.key] = (identity, self._newest if stamp is None else stamp)
         self._dirty = True
 
-    def _identity_of(self, entry: KeyValue.Entry) -> str:
+    def _identity_of(self, entry: KeyValue.Entry) -> str | None:
+        """The replica a key's value announces, or None for a value that is not one of ours
+        (jetstream/foreign.py): noted, and never counted as a live replica."""
+        subject = self._names.replica_subject(self._names.replica_of_key(entry.key)) if (
+            _well_formed(self._names, entry.key)) else entry.key
         try:
-            return _decode(entry.value or b"").identity
-        except msgspec.DecodeError:
-            pass
-        try:
-            return self._names.replica_of_key(entry.key)  # a hand-written value: the key tells
-        except (ValueError, UnicodeDecodeError):
-            return entry.key
+            return replica_value_on(self._names, subject, entry.value or b"").identity
+        except ForeignMessage as exc:
+            self._foreign.noted("replicas", subject, int(entry.revision or 0), exc.reason)
+            return None
 
     # ------------------------------------------------------------------ the answer
 
@@ -333,13 +354,23 @@ def _bounded_put(pending: dict[int, _V], revision: int, value: _V) -> None:
         del pending[next(iter(pending))]
 
 
+def _well_formed(names: Names, key: str) -> bool:
+    try:
+        names.replica_of_key(key)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return True
+
+
 class JetStreamReplicas:
     """The live replicas port over the replicas bucket (:class:`Presence` per replica)."""
 
-    def __init__(self, js: JetStreamContext, names: Names, *, replicas: int) -> None:
+    def __init__(self, js: JetStreamContext, names: Names, *, replicas: int,
+                 foreign: ForeignLog | None = None) -> None:
         self._js = js
         self._names = names
         self._replicas = replicas
+        self._foreign = foreign
 
     async def open(self, identity: str, *, clock: Clock,
                    on_sample: Callable[[Sample], None] | None = None,
@@ -350,7 +381,8 @@ class JetStreamReplicas:
         try:
             return await Presence.open(self._js, self._names, identity,
                                        replicas=self._replicas, clock=clock,
-                                       on_sample=on_sample, wall=wall or time.time)
+                                       on_sample=on_sample, wall=wall or time.time,
+                                       foreign=self._foreign)
         except nats.js.errors.APIError as exc:
             if is_transient(exc):
                 raise

@@ -16,15 +16,17 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
+from functools import partial
 
-from ..core.events import RunCreated, RunEventType, RunRecord, decode_run_event, encode
+from ..core.events import RunCreated, RunEventType, RunRecord, encode
 from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_MSG_ID, run_event_msg_id
 from ..ports.runs import Announcement, RunProjection, Stored
 from . import errors
 from .acks import Outgoing
 from .errors import Conflict
-from .event_store import EventStore
+from .event_store import EventStore, StoredMessage
 from .follower import Follower
+from .foreign import ForeignMessage, run_event_on
 from .history import IndexPosition, RunHistory
 from .leases import Lease, Leases
 
@@ -49,6 +51,8 @@ class RunLog:
         self._store = store
         self._ledger = ledger
         self._names = store.names
+        self._judge = partial(run_event_on, store.names)
+        """Takes a message of a Run's subject as ours (its event), else ForeignMessage."""
         self._history = history
         self._leases = leases
         self._own: dict[str, int] = {}
@@ -129,14 +133,14 @@ class RunLog:
             try:
                 seq, duplicate = await self._store.append(
                     subject, encode(event), expected_seq=0, msg_id=msg_id,
-                    retry_seconds=retry_seconds,
+                    retry_seconds=retry_seconds, judge=self._judge,
                 )
             except Conflict:
                 duplicate = True
                 seq = 0
             if not duplicate:
                 return self._created(subject, seq, run)
-        return await self._stored_first(event)
+        return await self._stored_first(event, msg_id)
 
     async def create_many(
         self, events: Sequence[RunCreated], msg_ids: Sequence[str], *,
@@ -178,7 +182,7 @@ class RunLog:
                 results.append(ack)
             else:  # a lost race, or a resend of ours: read back what the store holds
                 try:
-                    results.append(await self._stored_first(event))
+                    results.append(await self._stored_first(event, msg_ids[i]))
                 except Exception as exc:
                     results.append(exc)
         return results
@@ -189,23 +193,36 @@ class RunLog:
         self._ledger.apply(seq, run)
         return Stored(seq, run, True)
 
-    async def _stored_first(self, event: RunCreated) -> Stored:
+    async def _stored_first(self, event: RunCreated, msg_id: str) -> Stored:
         """The Run a create found already stored, read back; created by THIS process only
         when its create is exactly ``event`` (a resend whose first acknowledgement was
         lost). Two replicas announcing one due time give its Run the same key, so the Run
         alone may read the same from both: the create's writer (``actor``) tells them apart,
-        one more read only then."""
+        one more read only then. A subject that holds only foreign messages holds no Run:
+        the create is made after them (sent once: it was decided just now)."""
         run = event.run
         existing = await self.fetch(run.deployment_id, run.run_id)
-        if existing is None:  # pragma: no cover - a Run subject is never emptied
-            raise RuntimeError(f"run {run.run_id} vanished")
+        if existing is None:
+            return await self.create(event, msg_id=msg_id, retry_seconds=0)
         seq, record = existing
         ours = record == run
         if ours:
-            first = await self._store.next(self._names.run_subject(run.deployment_id,
-                                                                   run.run_id))
-            ours = first is not None and decode_run_event(first.data) == event
+            first = await self._first_ours(run.deployment_id, run.run_id)
+            ours = first is not None and self._judge(first.subject, first.data) == event
         return Stored(seq, record, ours)
+
+    async def _first_ours(self, deployment_id: str, run_id: str) -> StoredMessage | None:
+        """The Run's first event (its ``run.created``), foreign messages before it skipped."""
+        subject = self._names.run_subject(deployment_id, run_id)
+        seq = 1
+        while (message := await self._store.next(subject, seq)) is not None:
+            try:
+                self._judge(subject, message.data)
+            except ForeignMessage:
+                seq = message.seq + 1
+                continue
+            return message
+        return None
 
     async def append(self, expected_seq: int, event: RunEventType) -> int:
         """Append a later event of a Run on the sequence the writer last saw.
@@ -218,6 +235,7 @@ class RunLog:
             seq, _ = await self._store.append(
                 subject, encode(event), expected_seq=expected_seq,
                 msg_id=run_event_msg_id(run.run_id, expected_seq, self._store.decisions.next()),
+                judge=self._judge,
             )
             self._wrote(subject, seq)
             self._ledger.apply(seq, run)
@@ -269,7 +287,7 @@ class RunLog:
     def _apply_followed(self, seq: int, subject: str, data: bytes) -> None:
         if self.own_event(subject, seq):
             return  # applied when this process wrote it
-        self._ledger.apply_event(seq, decode_run_event(data),
+        self._ledger.apply_event(seq, self._judge(subject, data),
                                  self._names.run_ids_of_subject(subject))
 
     def _wrote(self, subject: str, seq: int) -> None:
@@ -296,31 +314,28 @@ class RunLog:
         a held event the projection refuses later counts as the consumer's skip."""
         follower = Follower(self._store, stream=self._names.runs_stream,
                             filter_subject=self._names.runs_filter, on_message=self.followed,
-                            from_seq=from_seq, on_skip=on_skip)
+                            from_seq=from_seq, on_skip=on_skip, foreign=self._store.foreign)
         self.on_refused = follower.refused
         return follower
 
     async def first_stored_at(self, deployment_id: str, run_id: str) -> datetime | None:
         """When the stream leader stored the Run's first event (its server timestamp)."""
-        first = await self._store.next(self._names.run_subject(deployment_id, run_id))
+        first = await self._first_ours(deployment_id, run_id)
         return None if first is None else first.stored_at
 
     async def fetch(self, deployment_id: str, run_id: str) -> tuple[int, RunRecord] | None:
-        """The stored state of a Run (leader read), also applied to the ledger."""
-        last = await self._store.last(self._names.run_subject(deployment_id, run_id))
-        if last is None:
-            return None
-        record = decode_run_event(last.data).run
-        self._ledger.apply(last.seq, record)
-        return last.seq, record
+        """The stored state of a Run (leader read), also applied to the ledger: its last
+        event of ours (a foreign message after it is skipped: jetstream/foreign.py)."""
+        return await self._read(self._names.run_subject(deployment_id, run_id))
 
     async def find(self, run_id: str) -> tuple[int, RunRecord] | None:
         """A Run by ID alone, whatever its deployment (one wildcard read)."""
-        last = await self._store.last(self._names.run_lookup_filter(run_id))
-        if last is None:
+        return await self._read(self._names.run_lookup_filter(run_id))
+
+    async def _read(self, subject: str) -> tuple[int, RunRecord] | None:
+        tail = await self._store.tail(subject, self._judge)
+        if tail.ours is None:
             return None
-        record = decode_run_event(last.data).run
-        if record.run_id != run_id:
-            return None
-        self._ledger.apply(last.seq, record)
-        return last.seq, record
+        record = self._judge(tail.ours.subject, tail.ours.data).run
+        self._ledger.apply(tail.ours.seq, record)
+        return tail.ours.seq, record

@@ -20,18 +20,28 @@ sees it only as a :class:`ScheduleCopies`, so the layer below never imports the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 
-from ..core.events import ScheduleRecord, decode_schedule_event, encode
+from ..core.events import ScheduleRecord, encode
 from ..core.schedulecore import PlannedWrite
-from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_MSG_ID, schedule_event_msg_id
+from ..names import (
+    HDR_EXPECTED_LAST_SUBJECT_SEQUENCE,
+    HDR_MSG_ID,
+    schedule_event_msg_id,
+    untoken,
+)
 from ..ports.schedules import Decide, OnSchedule, ScheduleCopies
 from ..seam import SchedulerUnavailable
 from .acks import Outgoing
 from .errors import Conflict, is_conflict
 from .event_store import EventStore
 from .follower import Follower
+from .foreign import ForeignMessage, schedule_event_on
+
+log = logging.getLogger(__name__)
 
 MAX_DECISIONS = 50
 """How often one change is decided again after losing a race before it gives up. Each lost
@@ -62,15 +72,11 @@ class ScheduleLog:
         self._table = table
         self._names = store.names
         self._on_stale = on_stale or (lambda: None)
+        self._repairs: set[asyncio.Task[None]] = set()
 
     async def read(self, deployment_id: str) -> ScheduleRecord | None:
         """The Schedule as the stream leader has it (also applied to the table), or None."""
-        last = await self._store.last(self._names.schedule_subject(deployment_id))
-        if last is None:
-            return None
-        record = decode_schedule_event(last.data).schedule
-        self._table.apply(last.seq, record)
-        return record
+        return (await self._leader_state(self._names.schedule_subject(deployment_id)))[1]
 
     async def write(self, deployment_id: str, decide: Decide, *,
                     on_copy: bool = True) -> ScheduleRecord | None:
@@ -106,7 +112,7 @@ class ScheduleLog:
             else:
                 try:
                     new_seq, _ = await self._store.append(subject, data, expected_seq=seq,
-                                                          msg_id=msg_id)
+                                                          msg_id=msg_id, judge=schedule_event_on)
                 except Conflict:
                     continue
             self._table.apply(new_seq, event.schedule)
@@ -200,13 +206,17 @@ class ScheduleLog:
         return (0, None) if known is None else known
 
     async def _leader_state(self, subject: str) -> tuple[int, ScheduleRecord | None]:
-        """The subject's last event as the stream leader has it (applied to the table too)."""
-        last = await self._store.last(subject)
-        if last is None:
-            return 0, None
-        record = decode_schedule_event(last.data).schedule
-        self._table.apply(last.seq, record)
-        return last.seq, record
+        """The subject's last sequence and its last event of ours as the stream leader has
+        them (applied to the table too): a foreign message after that event is stepped over
+        (jetstream/foreign.py), so the next append goes after it, decided on the event."""
+        known = self._table.get_with_seq(untoken(subject.rsplit(".", 1)[-1]))
+        tail = await self._store.tail(subject, schedule_event_on,
+                                      known=0 if known is None else known[0])
+        if tail.ours is None:
+            return tail.last_seq, None
+        record = schedule_event_on(subject, tail.ours.data).schedule
+        self._table.apply(tail.last_seq, record)
+        return tail.last_seq, record
 
     async def end_once(self) -> int:
         """The Schedule events' last sequence from the stream leader, asked once."""
@@ -216,13 +226,38 @@ class ScheduleLog:
              on_skip: Callable[[], None] | None = None, after: int | None = None) -> Follower:
         """An ordered consumer of the Schedule events: the last of each (or, ``after`` a
         checkpoint, every one after it), then every new one."""
-        def on_message(seq: int, _subject: str, data: bytes) -> None:
-            on_schedule(seq, decode_schedule_event(data).schedule)
+        def on_message(seq: int, subject: str, data: bytes) -> None:
+            try:
+                event = schedule_event_on(subject, data)
+            except ForeignMessage:
+                self._repair(subject)
+                raise
+            on_schedule(seq, event.schedule)
 
         return Follower(self._store, stream=self._names.schedules_stream,
                         filter_subject=self._names.schedules_filter, on_message=on_message,
                         on_skip=on_skip, from_seq=None if after is None else after + 1,
-                        catch_up=after is not None)
+                        catch_up=after is not None, foreign=self._store.foreign)
+
+    async def settled(self) -> None:
+        """Return once the Schedules repaired after a foreign message are read again."""
+        while self._repairs:
+            await asyncio.gather(*self._repairs, return_exceptions=True)
+
+    def _repair(self, subject: str) -> None:
+        """A foreign message was followed on ``subject``: read the Schedule's last event of
+        ours from the leader into the table, in the background (the feed delivered only the
+        foreign one when it was the subject's last, at a start)."""
+        task = asyncio.get_running_loop().create_task(self._repaired(subject))
+        self._repairs.add(task)
+        task.add_done_callback(self._repairs.discard)
+
+    async def _repaired(self, subject: str) -> None:
+        try:
+            await self._leader_state(subject)
+        except Exception:  # the next read or write of that Schedule reads it again
+            log.warning("could not read the schedule on %s after a foreign message", subject,
+                        exc_info=log.isEnabledFor(logging.DEBUG))
 
     async def as_of(self, deployment_id: str, instant: datetime) -> ScheduleRecord | None:
         """The Schedule as its last event stored at or before ``instant`` left it.
@@ -232,13 +267,19 @@ class ScheduleLog:
         """
         subject = self._names.schedule_subject(deployment_id)
         last = await self._store.last(subject)
-        if last is None or (last.stored_at is not None and last.stored_at <= instant):
-            return None if last is None else decode_schedule_event(last.data).schedule
+        if last is None:
+            return None
+        if last.stored_at is not None and last.stored_at <= instant:
+            try:
+                return schedule_event_on(subject, last.data).schedule
+            except ForeignMessage:
+                pass  # walk the events instead, skipping it
         state: ScheduleRecord | None = None
         seq = 1
         while (msg := await self._store.next(subject, seq)) is not None:
             if msg.stored_at is not None and msg.stored_at > instant:
                 break
-            state = decode_schedule_event(msg.data).schedule
+            with contextlib.suppress(ForeignMessage):  # not ours: the state before it stands
+                state = schedule_event_on(subject, msg.data).schedule
             seq = msg.seq + 1
         return state

@@ -39,8 +39,10 @@ from .decisions import DecisionNonces
 from .direct import Answer, Request, reader_of
 from .direct_batch import DIRECT_GET_TIMEOUT, direct_batch_once
 from .errors import Conflict
-from .event_store import StoredMessage
+from .event_store import Judge, StoredMessage, SubjectTail
+from .foreign import ForeignLog, stream_kind
 from .retry import Retrier
+from .subject_tail import find_tail
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,11 @@ T = TypeVar("T")
 
 FOLLOW_TIMEOUT = 30.0
 """Seconds the server may take to set up a follower of the last event per subject."""
+
+
+MAX_FOREIGN_SKIPS = 8
+"""Appends one write may make on the way past foreign messages (each a new one stored after
+the last it saw) before it counts as a conflict."""
 
 
 class NotAtomic(Exception):
@@ -65,7 +72,8 @@ class Store:
     """
 
     def __init__(self, nc: Client, settings: NatsSettings, *,
-                 count_error: Callable[[str], None] | None = None) -> None:
+                 count_error: Callable[[str], None] | None = None,
+                 foreign: ForeignLog | None = None) -> None:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream(timeout=2.0)
         self.acks = AckedPublisher(nc, timeout=2.0, atomic_min=(
@@ -75,6 +83,8 @@ class Store:
         self.decisions = DecisionNonces()
         """This writer's decision nonces, for the Msg-Ids of later events (runlog, schedulelog)."""
         self._retry = Retrier(nc, settings.store_retry_seconds, count_error)
+        self.foreign = foreign or ForeignLog()
+        """The foreign messages this process's readers skipped (jetstream/foreign.py)."""
         self._leases: KeyValue | None = None
         self.checkpoints = False
         """Whether the store keeps checkpoints of the Schedule table for this scheduler
@@ -123,7 +133,7 @@ class Store:
 
     async def append(
         self, subject: str, data: bytes, *, expected_seq: int, msg_id: str,
-        retry_seconds: float | None = None,
+        retry_seconds: float | None = None, judge: Judge | None = None,
     ) -> tuple[int, bool]:
         """Append if the subject's last sequence is ``expected_seq`` (0: subject empty).
 
@@ -132,25 +142,41 @@ class Store:
         resent after a lost ack, or a replica's with the same deterministic ID).
         ``retry_seconds=0`` sends once: for a write whose decision must not be re-sent later
         (a scheduled Run's create, decided on a Schedule read that ages).
-        """
-        headers = {HDR_MSG_ID: msg_id, HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: str(expected_seq)}
 
+        ``judge`` tells the subject's messages of ours from foreign ones (jetstream/foreign.py):
+        given, an append refused only because foreign messages were stored after the last
+        message of ours the writer saw (``expected_seq``; 0: none) is made again after them,
+        so a foreign message never wedges the subject; a message of ours stored since is
+        still a conflict.
+        """
         stream = self._stream_of(subject)
 
         async def op() -> tuple[int, bool]:
-            try:
-                # gathered with the appends other tasks make in this turn of the loop into
-                # one atomic batch (one acknowledgement); a refused batch is resent one by
-                # one, so this append gets exactly its own answer (jetstream/acks.py)
-                ack = await self.acks.publish_grouped(stream, subject, data, headers)
-                return ack.seq, ack.duplicate
-            except nats.js.errors.APIError as exc:
-                if not errors.is_conflict(exc):
-                    raise
-                last = await self._last(subject)
-                if last is not None and last.msg_id == msg_id:
-                    return last.seq, True
-                raise Conflict(subject) from exc
+            expected = expected_seq
+            for _ in range(MAX_FOREIGN_SKIPS):
+                headers = {HDR_MSG_ID: msg_id, HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: str(expected)}
+                try:
+                    # gathered with the appends other tasks make in this turn of the loop into
+                    # one atomic batch (one acknowledgement); a refused batch is resent one by
+                    # one, so this append gets exactly its own answer (jetstream/acks.py)
+                    ack = await self.acks.publish_grouped(stream, subject, data, headers)
+                    return ack.seq, ack.duplicate
+                except nats.js.errors.APIError as exc:
+                    if not errors.is_conflict(exc):
+                        raise
+                    if judge is None:
+                        last = await self._last(subject)
+                        if last is not None and last.msg_id == msg_id:
+                            return last.seq, True
+                        raise Conflict(subject) from exc
+                    tail = await self._tail(subject, judge, known=expected_seq)
+                    ours = tail.ours
+                    if ours is not None and ours.msg_id == msg_id:
+                        return ours.seq, True
+                    if (ours.seq if ours else 0) != expected_seq or tail.last_seq <= expected:
+                        raise Conflict(subject) from exc
+                    expected = tail.last_seq  # only foreign messages since: append after them
+            raise Conflict(subject)
 
         return await self.retrying("could not store an event", op, retry_seconds)
 
@@ -271,6 +297,26 @@ class Store:
         return await self.retrying("could not read",
                                    lambda: self._last(subject, next_from=max(1, from_seq)))
 
+    async def tail(self, subject: str, judge: Judge, *, known: int = 0) -> SubjectTail:
+        """The subject's last sequence and its last message of ours, from the stream leader.
+
+        A foreign last message (``judge`` refuses it) is skipped and counted, and the last
+        message ``judge`` takes before it is found: read in batches from ``known`` (a
+        position at or before it, when the caller knows one) and confirmed on the leader.
+        """
+        return await self.retrying("could not read",
+                                   lambda: self._tail(subject, judge, known=known))
+
+    async def _tail(self, subject: str, judge: Judge, *, known: int = 0) -> SubjectTail:
+        stream = self._stream_of(subject)
+        return await find_tail(
+            subject, judge, known=known,
+            leader=lambda from_seq: self._last(subject, stream, next_from=from_seq),
+            last=lambda: self._last(subject, stream),
+            batch=lambda request: direct_batch_once(self.nc, stream, request),
+            foreign=lambda stored, reason: self.foreign.noted(
+                stream_kind(self.names, stream), stored.subject, stored.seq, reason))
+
     async def last_seq(self, stream: str) -> int:
         """The stream's last sequence, from its leader (0 when it holds nothing, or does not
         exist yet: a namespace no provider has prepared reads as empty)."""
@@ -368,3 +414,4 @@ class Store:
             await asyncio.wait_for(self.nc.close(), 5.0)
         except Exception:  # closing a broken connection must not fail a stop()
             log.debug("closing the connection failed", exc_info=True)
+

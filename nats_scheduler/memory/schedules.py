@@ -101,6 +101,9 @@ class MemorySchedules:
         await self._store.operation()
         return self._store.schedule_seq
 
+    async def settled(self) -> None:
+        return None
+
     def feed(self, on_schedule: OnSchedule, *,
              on_skip: Callable[[], None] | None = None, after: int | None = None
              ) -> MemoryFeed:

@@ -30,6 +30,11 @@ from ..core.events import RunRecord
 FREE = ""
 """The holder of a lease given back unfinished: the Run stays open, and is anyone's to take."""
 
+UNREADABLE = "?"
+"""The holder :meth:`LeaseTable.current` reports for a key whose value is not a lease of
+ours (a foreign message: jetstream/foreign.py): nobody holds it, so it is anyone's to take at
+once, like a lease given back."""
+
 
 class LeaseValue(msgspec.Struct, frozen=True, kw_only=True):
     """What a lease says (stored as JSON: ``nats kv get P_LEASES <run>`` shows it)."""
@@ -111,10 +116,10 @@ class LeaseTable(Protocol):
 
     def expired(self, value: LeaseValue) -> bool:
         """Whether ``value`` (as :meth:`current` just read it) is no longer renewed: given
-        back (:data:`FREE`), or its revision seen unchanged by this process for a lease
-        length of its own elapsed time, read at least every half lease meanwhile (a gap in
-        the reads, the store not answering, starts the count again: the holder could not
-        renew during it either)."""
+        back (:data:`FREE`), unreadable (:data:`UNREADABLE`), or its revision seen unchanged
+        by this process for a lease length of its own elapsed time, read at least every half
+        lease meanwhile (a gap in the reads, the store not answering, starts the count
+        again: the holder could not renew during it either)."""
         ...
 
     async def forget(self, run_id: str) -> None:

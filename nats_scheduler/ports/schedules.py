@@ -79,6 +79,12 @@ class ScheduleJournal(Protocol):
         retry, the failure raised as it came (a caller with a fallback of its own)."""
         ...
 
+    async def settled(self) -> None:
+        """Return once every Schedule whose last stored message a feed found foreign (not
+        the provider's own: jetstream/foreign.py) has been read again, its last event of
+        ours applied to the copies (a start's replay delivers only that foreign one)."""
+        ...
+
     def feed(self, on_schedule: OnSchedule, *,
              on_skip: Callable[[], None] | None = None, after: int | None = None) -> Feed:
         """Every Schedule's last stored state, then each new one, to ``on_schedule``.

@@ -102,8 +102,9 @@ STORE_ERRORS = InstrumentSpec(
     "conditional appends refused (kind=conflict)", ("kind",))
 EVENTS_SKIPPED = InstrumentSpec(
     "astrabox.scheduler.events.skipped", "counter", "{event}",
-    "Messages on the event subjects the projections refused and skipped (not an event, filed "
-    "under another Run, or a transition that cannot happen)", ("stream",))
+    "Messages on the scheduler's subjects a reader skipped: not the scheduler's own (foreign: "
+    "another writer, a newer release, damaged; counted once each), filed under another Run "
+    "or Schedule, or a transition that cannot happen", ("stream",))
 SCHEDULES = InstrumentSpec(
     "astrabox.scheduler.schedules", "updowncounter", "{schedule}",
     "Schedules by state as this process's table holds them: active (firing), held, disabled",
@@ -273,8 +274,11 @@ class Metrics:
     def store_error(self, kind: StoreErrorKind) -> None:
         self._count(STORE_ERRORS, kind, {"kind": kind})
 
-    def event_skipped(self, stream: Literal["schedules", "runs"]) -> None:
-        """A projection refused a message on the event subjects (a poison event)."""
+    def event_skipped(self, stream: str) -> None:
+        """A reader skipped a message on the scheduler's subjects: one that is not its own
+        (jetstream/foreign.py), or a projection's refusal (``stream``: the stream's kind,
+        ``schedules``, ``runs``, ``index``, ``leases``, ``replicas``, ``outages``,
+        ``checkpoints``)."""
         self._count(EVENTS_SKIPPED, stream, {"stream": stream})
 
     def due_times_skipped(self, reason: str, count: int = 1) -> None:

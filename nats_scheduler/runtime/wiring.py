@@ -200,6 +200,7 @@ class Runtime:
                 await watch[0].before_start()
 
             store = await open_store(settings, identity, count_error=metrics.store_error,
+                                     count_foreign=metrics.event_skipped,
                                      before_ensure=note_last_writes)
             outages = watch[0]
             opened = JetStreamPorts(store, ledger=ledger, table=table, clock=clock,
@@ -273,6 +274,7 @@ class Runtime:
             follower = self.followers[0]
             await subscribe_patiently(follower)
             await until_caught_up(follower)
+            await self.schedules.settled()  # Schedules whose last message was foreign
             self._gates.table_loaded.set()
             await self.membership.join()
             self._correct_began()

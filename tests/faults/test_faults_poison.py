@@ -95,7 +95,7 @@ async def test_poison_events_are_skipped_counted_and_never_corrupt_or_stall_a_pr
         assert other.schedules.get("d") is not None
 
         report = await check_store(nats_url, prefix, handler=handler, ledger=other.ledger)
-    assert report.by_check() == {"poison": 3, "transition": 1}, report.text()
+    assert report.by_check() == {"foreign": 3, "transition": 1}, report.text()
     subjects = sorted(v.subject.split("#")[0] for v in report.violations)
     assert subjects == sorted([names.run_subject("d", "elsewhere"),
                                names.run_subject("d", "junk"),
