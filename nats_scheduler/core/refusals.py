@@ -107,6 +107,16 @@ def duplicate_reason(deployment_id: str, times: int) -> str:
             "in one reconcile: none of them is applied, the stored one stays as it was")
 
 
+def refusal_note(refusal: Refusal, *, stored: bool) -> str:
+    """The refusal in one sentence, for the notes of an account of due times."""
+    who = f"replica {refusal.by}" if refusal.by else "a replica"
+    when = "" if refusal.at is None else refusal.at.strftime(" at %Y-%m-%dT%H:%M:%SZ")
+    stays = ("its stored schedule stays in force" if stored
+             else "the scheduler has no schedule for it")
+    return (f"{who} refused AstraBox's schedule for this deployment{when} "
+            f"({refusal.kind.value}): {refusal.reason}; {stays}")
+
+
 def by_kind(refusals: Iterable[Refusal]) -> dict[str, int]:
     """How many refusals of each kind (the metric's and the status's breakdown)."""
     return dict(Counter(r.kind.value for r in refusals))
