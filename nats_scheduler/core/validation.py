@@ -122,19 +122,13 @@ def check_hold_end(until: datetime | None, now: datetime) -> None:
 
 
 def check_schedule(schedule: Schedule) -> None:
-    """InvalidSchedule unless the Schedule's ID, texts, cron and time zone can be stored (and
-    each field is of its type: a record a host built wrongly is refused, never a crash)."""
+    """InvalidSchedule unless the Schedule's ID, texts, cron and time zone can be stored (the
+    seam's types check each field's type when the Schedule is built)."""
     check_deployment_id(schedule.deployment_id)
-    payload = schedule.payload
-    if not isinstance(schedule.enabled, bool):
-        raise _invalid(schedule, "its enabled flag is not true or false")
-    if isinstance(schedule.version, bool) or not isinstance(schedule.version, int):
-        raise _invalid(schedule, "its version is not a whole number")
     texts = {"name": schedule.name, "cron": schedule.cron, "timezone": schedule.timezone,
-             "target": getattr(payload, "target", None),
-             "prompt": getattr(payload, "prompt", None)}
+             "target": schedule.payload.target, "prompt": schedule.payload.prompt}
     for what, value in texts.items():
-        problem = "is not text" if not isinstance(value, str) else text_problem(value)
+        problem = text_problem(value)
         if problem is not None:
             raise _invalid(schedule, f"its {what} {problem}")
     problem = _calendar_problem(schedule.cron, schedule.timezone)
