@@ -19,7 +19,9 @@ import anyio
 import pytest
 
 from nats_scheduler import ManualClock
+from nats_scheduler.admin.api import AdminError, ErrorCode, ExplainRequest
 from nats_scheduler.admin.reader import StoreReader
+from nats_scheduler.admin.service import start_admin_service
 from nats_scheduler.cli.main import main
 from nats_scheduler.core.events import ScheduleRecord
 from nats_scheduler.core.refusals import shown_id
@@ -149,8 +151,11 @@ async def test_reconcile_applies_exactly_the_valid_schedules_and_refuses_exactly
             await provider.apply(sched("new-3"))
         await provider.apply(sched("bad-change", cron="15 10 * * *", version=3))
         assert "bad-change" not in refused(provider)
-        assert point(exported(reader), "astrabox.scheduler.schedules.refused",
-                     kind="invalid") == 4
+        await provider.apply(KEPT["dup-stored"])  # its stored definition: nothing written
+        assert "dup-stored" not in refused(provider)
+        m = exported(reader)
+        assert point(m, "astrabox.scheduler.schedules.refused", kind="invalid") == 4
+        assert point(m, "astrabox.scheduler.schedules.refused", kind="duplicate") == 1
         # the next reconcile's refusals replace the last one's
         await provider.reconcile([*APPLIED.values(), sched("bad-change", cron="15 10 * * *",
                                                            version=3)])
@@ -293,6 +298,15 @@ async def test_a_definition_stored_by_another_replica_clears_the_refusal_a_hold_
         await eventually(lambda: (record := a.schedules.get("x")) is not None
                          and record.hold is not None, timeout=10)
         assert refused(a) == {"x": "invalid", "z": "invalid"}, "a hold fixes nothing"
+        # b has no Schedule of z and refused nothing: its explain asks every replica
+        service = await start_admin_service(b)
+        account = await service.explain(ExplainRequest(deployment_id="z"))
+        assert account.due_times == []
+        assert [n for n in account.notes if f"replica {a.identity} refused" in n
+                and "day 31 never occurs in February" in n]
+        with pytest.raises(AdminError) as caught:  # nobody refused it: not found, as before
+            await service.explain(ExplainRequest(deployment_id="nobody"))
+        assert caught.value.code == ErrorCode.NOT_FOUND
         await b.apply(sched("x", cron="5 10 * * *", version=3))
         await b.apply(sched("z", cron="5 10 * * *"))
         await eventually(lambda: refused(a) == {}, timeout=10)
