@@ -81,7 +81,8 @@ class Reason(StrEnum):
     the calendar still has it when it fires."""
     REFUSED = "refused"
     """A reconcile refused AstraBox's definition (``core/refusals.py``): a deployment with no
-    stored Schedule, or one whose stored Schedule is disabled where AstraBox's is enabled.
+    stored Schedule, or one whose stored Schedule is disabled (and not held: a hold would
+    outlive the change) where AstraBox's is enabled.
     ``note`` says why, ``by`` which replica, ``since`` when."""
 
 
@@ -327,7 +328,8 @@ def judge(due: datetime, all_spans: Sequence[Span], index: int, run: RunRecord |
         return _line(due, record, Outcome.PENDING)  # not due yet: nothing is decided
     span = all_spans[index]
     refusal = span.refused
-    if refusal is not None and (span.unstored or (refusal.enabled and not record.enabled)):
+    if refusal is not None and (span.unstored or (refusal.enabled and not record.enabled
+                                                  and record.hold is None)):
         return _line(due, record, Outcome.SKIPPED, reason=Reason.REFUSED, since=refusal.at,
                      by=refusal.by, note=refusal.reason)
     found = (_inactive(due, all_spans, index) or _outage(due, record, outages)
