@@ -208,6 +208,8 @@ def test_a_refusal_marks_the_due_times_it_took_away_and_no_others() -> None:
                   Change(at(3), record(enabled=False, hold=held)),
                   Change(at(4), record(enabled=False))], refusal())  # held, then released
     assert [kept[at(m)].reason for m in (2.5, 4.5)] == [Reason.REFUSED, Reason.REFUSED]
+    held_off = lines([Change(T0, record(enabled=False, hold=held))], refusal())
+    assert (held_off[at(4.5)].reason, held_off[at(4.5)].by) == (Reason.HELD, "ana@ops")
     assert lines([Change(T0, record(hold=held))], refusal())[at(4.5)].reason == Reason.HELD
     gone = lines([Change(T0, record()), Change(at(1), record(deleted=True))], refusal())
     assert [gone[at(m)].reason for m in (0.5, 2.5, 4.5)] == [

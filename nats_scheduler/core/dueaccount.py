@@ -81,8 +81,8 @@ class Reason(StrEnum):
     the calendar still has it when it fires."""
     REFUSED = "refused"
     """A reconcile refused AstraBox's definition (``core/refusals.py``): a deployment with no
-    stored Schedule, or one whose stored Schedule is disabled (and not held: a hold would
-    outlive the change) where AstraBox's is enabled.
+    stored Schedule, or one whose stored Schedule is disabled where AstraBox's is enabled
+    (and not held: such a one is ``held``, the hold would outlive the change).
     ``note`` says why, ``by`` which replica, ``since`` when."""
 
 
@@ -268,6 +268,23 @@ def _inactive(due: datetime, all_spans: Sequence[Span], index: int) -> DueTime |
     return None
 
 
+def _refused(due: datetime, all_spans: Sequence[Span], index: int) -> DueTime | None:
+    """The skip of a due time a standing refusal took away: nothing stored, or stored
+    disabled where AstraBox's definition is enabled. A held one stays held: the hold would
+    outlive the change the refusal kept out."""
+    span = all_spans[index]
+    refusal, record = span.refused, span.record
+    if refusal is None or not (span.unstored or (refusal.enabled and not record.enabled)):
+        return None
+    if record.hold is not None and not span.unstored:
+        hold = record.hold
+        since, until = _stretch(all_spans, index, lambda r: r.hold == hold and not r.deleted)
+        return _line(due, record, Outcome.SKIPPED, reason=Reason.HELD, since=since,
+                     until=until, by=hold.by, note=hold.reason)
+    return _line(due, record, Outcome.SKIPPED, reason=Reason.REFUSED, since=refusal.at,
+                 by=refusal.by, note=refusal.reason)
+
+
 def _outage(due: datetime, record: ScheduleRecord, outages: Sequence[Outage]) -> DueTime | None:
     for outage in outages:
         if outage.start < due and (outage.end is None or due <= outage.end):
@@ -326,13 +343,8 @@ def judge(due: datetime, all_spans: Sequence[Span], index: int, run: RunRecord |
         return _run(due, record, run)
     if due > now:
         return _line(due, record, Outcome.PENDING)  # not due yet: nothing is decided
-    span = all_spans[index]
-    refusal = span.refused
-    if refusal is not None and (span.unstored or (refusal.enabled and not record.enabled
-                                                  and record.hold is None)):
-        return _line(due, record, Outcome.SKIPPED, reason=Reason.REFUSED, since=refusal.at,
-                     by=refusal.by, note=refusal.reason)
-    found = (_inactive(due, all_spans, index) or _outage(due, record, outages)
+    found = (_refused(due, all_spans, index) or _inactive(due, all_spans, index)
+             or _outage(due, record, outages)
              or _changed_around(due, all_spans, index, timedelta(seconds=grace)))
     if found is not None:
         return found
