@@ -173,7 +173,7 @@ def test_a_change_moments_before_or_after_a_due_time() -> None:
 
 
 def refusal(*, enabled: bool = True, cron: str | None = "* * * * *") -> Refusal:
-    return Refusal(deployment_id="dep", kind=RefusalKind.CAPACITY, reason="no room",
+    return Refusal(deployment_id="dep", kind=RefusalKind.CAPACITY.value, reason="no room",
                    at=at(2), by="replica-1", cron=cron, timezone="UTC", enabled=enabled)
 
 

@@ -44,7 +44,7 @@ async def test_apply_and_reconcile_refuse_a_cron_that_is_never_due(nats_url: str
         await provider.reconcile([schedule("fine", "0 3 * * *"), schedule("never", cron)])
         assert provider.runtime is not None
         [refusal] = provider.runtime.refusals.listed()
-        assert (refusal.deployment_id, refusal.kind.value) == ("never", "invalid")
+        assert (refusal.deployment_id, refusal.kind) == ("never", "invalid")
         assert NEVER_DUE[cron] in refusal.reason
         assert await stored_events(provider) == before + 1
         assert provider.schedules.get("never") is None

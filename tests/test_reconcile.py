@@ -130,7 +130,7 @@ async def test_a_bad_schedule_is_refused_alone(provider: NatsSchedulerProvider) 
 def refused(provider: NatsSchedulerProvider) -> dict[str, str]:
     """The deployments this replica's reconciles refused, with the kind of each."""
     assert provider.runtime is not None
-    return {r.deployment_id: r.kind.value for r in provider.runtime.refusals.listed()}
+    return {r.deployment_id: r.kind for r in provider.runtime.refusals.listed()}
 
 
 async def test_a_change_is_checked_and_an_unchanged_schedule_is_not_checked_again(

@@ -16,13 +16,15 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 
 import anyio
+import msgspec
 import pytest
 
 from nats_scheduler import ManualClock
-from nats_scheduler.admin.api import AdminError, ErrorCode, ExplainRequest
+from nats_scheduler.admin.api import AdminError, ErrorCode, ExplainRequest, ReplicaView
 from nats_scheduler.admin.reader import StoreReader
 from nats_scheduler.admin.service import start_admin_service
 from nats_scheduler.cli.main import main
+from nats_scheduler.cli.status import refusal_lines
 from nats_scheduler.core.events import ScheduleRecord
 from nats_scheduler.core.refusals import shown_id
 from nats_scheduler.names import scheduled_run_id
@@ -94,7 +96,7 @@ REFUSED = {shown_id(HUGE_ID): "invalid", "big": "too_large", "bad-change": "inva
 
 def refused(provider: NatsSchedulerProvider) -> dict[str, str]:
     assert provider.runtime is not None
-    return {r.deployment_id: r.kind.value for r in provider.runtime.refusals.listed()}
+    return {r.deployment_id: r.kind for r in provider.runtime.refusals.listed()}
 
 
 async def store_table(provider: NatsSchedulerProvider) -> dict[str, ScheduleRecord]:
@@ -328,3 +330,17 @@ async def test_a_store_failure_still_raises(
         with pytest.raises(SchedulerUnavailable):
             await provider.reconcile([sched("a"), sched("b", cron="61 * * * *")])
         assert refused(provider) == {"b": "invalid"}  # named all the same
+
+
+def test_replica_answers_decode_across_releases() -> None:
+    """``replica.status`` grew its refusals additively: an older replica's answer decodes
+    with none, and a kind a later release adds still decodes (the kind is text)."""
+    older = msgspec.json.decode(b'{"identity": "r"}', type=ReplicaView)
+    assert (older.refused, older.refused_count) == ([], 0)
+    assert older.metrics is None
+    later = msgspec.json.decode(json.dumps({
+        "identity": "r", "refused_total": 7, "metrics": {"schedules_refused": {"new": 7}},
+        "refused": [{"deployment_id": "d", "kind": "a_kind_added_later", "reason": "why",
+                     "unknown_field": 1}]}).encode(), type=ReplicaView)
+    assert later.refused_count == 7 and later.refused[0].kind == "a_kind_added_later"
+    assert "d  a_kind_added_later  why" in "\n".join(refusal_lines([later]))

@@ -72,7 +72,7 @@ def _refused(replica: ReplicaView) -> Text:
     text.append(" (each keeps its stored schedule, or has none)")
     for refusal in replica.refused[:REFUSALS_SHOWN]:
         text.append(f"\n  {refusal.deployment_id} ", style="bold")
-        text.append(f"{refusal.kind.value}: {refusal.reason}")
+        text.append(f"{refusal.kind}: {refusal.reason}")
     more = replica.refused_count - min(len(replica.refused), REFUSALS_SHOWN)
     if more > 0:
         text.append(f"\n  and {more} more (nats-scheduler status lists them)", style="dim")

@@ -59,7 +59,7 @@ def refusal_lines(replicas: list[ReplicaView]) -> list[str]:
     for r in refusing:
         lines.append(f"  {r.identity}: {r.refused_count}")
         for refusal in r.refused[:REFUSALS_SHOWN]:
-            lines.append(f"    {refusal.deployment_id}  {refusal.kind.value}  {refusal.reason}")
+            lines.append(f"    {refusal.deployment_id}  {refusal.kind}  {refusal.reason}")
         shown = min(len(r.refused), REFUSALS_SHOWN)
         if r.refused_count > shown:
             lines.append(f"    ... and {r.refused_count - shown} more")

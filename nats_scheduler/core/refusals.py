@@ -47,7 +47,8 @@ class Refusal(msgspec.Struct, frozen=True, kw_only=True):
 
     deployment_id: str
     """The deployment as given; an ID that cannot name one is shown cut and escaped."""
-    kind: RefusalKind
+    kind: str
+    """A :class:`RefusalKind` value (text on the wire: a kind added later still decodes)."""
     reason: str
     """What ``apply`` would have raised, in AstraBox's words."""
     at: datetime | None = None
@@ -76,7 +77,8 @@ def _calendar_text(value: object) -> str | None:
 def refusal(schedule: Schedule, kind: RefusalKind, reason: str, *,
             at: datetime | None = None) -> Refusal:
     """The refusal of ``schedule`` (its payload left out)."""
-    return Refusal(deployment_id=shown_id(schedule.deployment_id), kind=kind, reason=reason,
+    return Refusal(deployment_id=shown_id(schedule.deployment_id), kind=kind.value,
+                   reason=reason,
                    at=at, cron=_calendar_text(schedule.cron),
                    timezone=_calendar_text(schedule.timezone),
                    enabled=schedule.enabled is True)
@@ -114,9 +116,9 @@ def refusal_note(refusal: Refusal, *, stored: bool) -> str:
     stays = ("its stored schedule stays in force" if stored
              else "the scheduler has no schedule for it")
     return (f"{who} refused AstraBox's schedule for this deployment{when} "
-            f"({refusal.kind.value}): {refusal.reason}; {stays}")
+            f"({refusal.kind}): {refusal.reason}; {stays}")
 
 
 def by_kind(refusals: Iterable[Refusal]) -> dict[str, int]:
     """How many refusals of each kind (the metric's and the status's breakdown)."""
-    return dict(Counter(r.kind.value for r in refusals))
+    return dict(Counter(r.kind for r in refusals))

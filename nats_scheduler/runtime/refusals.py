@@ -77,8 +77,8 @@ class Refusals:
             if len(self._named) < MAX_NAMED:
                 self._named[dep] = _Kept(refusal, self._table.get(dep))
             else:
-                self._unnamed[refusal.kind.value] += 1
-            self._metrics.schedules_refused(refusal.kind.value, +1)
+                self._unnamed[refusal.kind] += 1
+            self._metrics.schedules_refused(refusal.kind, +1)
         self._log(refused, given)
 
     def clear(self, deployment_id: str) -> None:
@@ -102,7 +102,7 @@ class Refusals:
     def _drop(self, deployment_id: str) -> None:
         kept = self._named.pop(deployment_id, None)
         if kept is not None:
-            self._metrics.schedules_refused(kept.refusal.kind.value, -1)
+            self._metrics.schedules_refused(kept.refusal.kind, -1)
 
     def _changed(self, _previous: ScheduleRecord | None, record: ScheduleRecord) -> None:
         """A Schedule the table took: a new definition of a refused deployment clears it."""
@@ -116,7 +116,7 @@ class Refusals:
         for refusal in refused[:LOGGED]:
             stored = _definition(self._table.get(refusal.deployment_id)) is not None
             log.error("reconcile refused the schedule of deployment %r (%s): %s; %s",
-                      refusal.deployment_id, refusal.kind.value, refusal.reason,
+                      refusal.deployment_id, refusal.kind, refusal.reason,
                       "its stored schedule stays as it was" if stored
                       else "it has no schedule in the scheduler")
         if len(refused) > LOGGED:
