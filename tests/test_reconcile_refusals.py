@@ -25,6 +25,7 @@ from nats_scheduler.admin.reader import StoreReader
 from nats_scheduler.admin.service import start_admin_service
 from nats_scheduler.cli.main import main
 from nats_scheduler.cli.status import refusal_lines
+from nats_scheduler.core import schedulecore
 from nats_scheduler.core.events import ScheduleRecord
 from nats_scheduler.core.refusals import shown_id
 from nats_scheduler.names import scheduled_run_id
@@ -344,3 +345,29 @@ def test_replica_answers_decode_across_releases() -> None:
                      "unknown_field": 1}]}).encode(), type=ReplicaView)
     assert later.refused_count == 7 and later.refused[0].kind == "a_kind_added_later"
     assert "d  a_kind_added_later  why" in "\n".join(refusal_lines([later]))
+
+
+async def test_one_change_at_a_time_an_unchanged_schedule_is_not_checked_again(
+    nats_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """When the table cannot be proven current, the reconcile goes one change at a time with
+    the plan's rules: a Schedule stored by an earlier release under looser checks, given
+    unchanged, is accepted as it stands (not refused); a change to it is refused."""
+    async with running(nats_url, unique_prefix()) as provider:
+        assert provider.runtime is not None
+        legacy = sched("legacy", cron="61 * * * *")
+        await provider.runtime.schedules.write("legacy", lambda current: schedulecore
+                                               .decide_apply(current, legacy, now=T0,
+                                                             actor="old release"))
+
+        async def unproven(**_: object) -> None:
+            return None
+
+        monkeypatch.setattr(provider.runtime.freshness, "confirm", unproven)
+        await provider.reconcile([legacy, sched("ok")])
+        assert refused(provider) == {}
+        assert provider.schedules.get("ok") is not None
+        await provider.reconcile([sched("legacy", cron="62 * * * *", version=2), sched("ok")])
+        assert refused(provider) == {"legacy": "invalid"}
+        record = provider.schedules.get("legacy")
+        assert record is not None and record.cron == "61 * * * *" and not record.deleted

@@ -48,6 +48,11 @@ def _definition_equal(record: ScheduleRecord, schedule: Schedule) -> bool:
             and record.payload == schedule.payload)
 
 
+def unchanged(current: ScheduleRecord | None, schedule: Schedule) -> bool:
+    """Whether ``schedule`` is the live stored definition (checked when it was stored)."""
+    return current is not None and _definition_equal(current, schedule)
+
+
 _COMPARED = ("deployment_id", "name", "cron", "timezone", "enabled", "payload", "version")
 """The fields :func:`_definition_equal` spells out: if the seam's Schedule ever gains one,
 the comparison falls back to the whole definition rather than missing it."""

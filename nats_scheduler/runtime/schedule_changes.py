@@ -91,14 +91,14 @@ class ScheduleChanges:
         if proven is None:  # the table could not be proven current: decide on the leader's
             await self._one_by_one(running, wanted, check)
             return
-        # A tuple, not the plan's list: a tuple of untracked writes leaves the garbage
-        # collector's lists at its first pass, where a list of a million (a first load's)
-        # is walked by every full collection for the minute it takes to store.
         writes, refused = schedulecore.plan_reconcile(
             wanted, table.get_with_seq, table.live_records(), enabled=table.enabled_count(),
             cap=self._cap, now=self._now(), actor=self._identity, check=check,
             entry=table.entry, live_count=table.live_count(), ordered=table.in_table_order(),
             unique=validation.deployment_ids)
+        # A tuple, not the plan's list: a tuple of untracked writes leaves the garbage
+        # collector's lists at its first pass, where a list of a million (a first load's)
+        # is walked by every full collection for the minute it takes to store.
         planned = tuple(writes)
         del writes
         self._refusals.replace(refused, given=len(wanted))
@@ -128,6 +128,9 @@ class ScheduleChanges:
         valid: list[Schedule] = []
         for schedule in wanted:
             if schedule.deployment_id in twice:
+                continue
+            if schedulecore.unchanged(self._table.get(schedule.deployment_id), schedule):
+                valid.append(schedule)  # checked when it was stored, as the plan has it
                 continue
             try:
                 check(schedule)
