@@ -371,3 +371,21 @@ async def test_one_change_at_a_time_an_unchanged_schedule_is_not_checked_again(
         assert refused(provider) == {"legacy": "invalid"}
         record = provider.schedules.get("legacy")
         assert record is not None and record.cron == "61 * * * *" and not record.deleted
+
+
+async def test_every_replica_refuses_the_same_schedules_of_the_same_list(nats_url: str) -> None:
+    """A rolling restart: each replica reconciles AstraBox's same list in turn. The first
+    stores what can be stored; each next one refuses exactly the same Schedules (the
+    capacity's too: the stored enabled ones keep their place, then the list's order) and
+    writes nothing."""
+    prefix = unique_prefix()
+    async with running(nats_url, prefix, max_active_schedules=CAP) as first:
+        await first.reconcile(FIRST)
+        await first.reconcile(GIVEN)
+        store = first.store
+        after_first = await store.last_seq(store.names.schedules_stream)
+        async with running(nats_url, prefix, max_active_schedules=CAP) as second:
+            await second.reconcile(list(reversed(GIVEN)))  # any order of the same list
+            assert refused(second) == refused(first) == REFUSED
+            assert await store.last_seq(store.names.schedules_stream) == after_first
+            assert_outcome(await store_table(second))
