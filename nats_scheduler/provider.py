@@ -267,35 +267,39 @@ class NatsSchedulerProvider:
     # ------------------------------------------------------------------ Schedules
 
     async def reconcile(self, schedules: Sequence[Schedule]) -> None:
-        """Apply every Schedule given; delete every stored one not given.
+        """Apply every Schedule given that can be; delete every stored one not given.
 
-        As one ``apply`` per Schedule then one ``delete`` per Schedule missing, but decided
+        As one ``apply`` per Schedule and one ``delete`` per Schedule missing, but decided
         in one pass on the Schedule table once one leader read proves it current
         (:mod:`runtime.freshness`): unchanged Schedules cost no write and no read, the
-        changes are stored pipelined. The whole list is checked before anything is written
-        (definitions, sizes, capacity), so a refused list writes nothing; a Schedule equal to
-        its stored definition is not checked again (it was when it was stored).
+        changes are stored pipelined. A Schedule ``apply`` would refuse (definition, size,
+        capacity, or a deployment given twice) is refused alone and never raised: it keeps
+        its stored Schedule, is not deleted, and is logged, counted and listed
+        (``runtime/refusals.py``), so one bad record never stops AstraBox's start or the
+        other Schedules (docs/contract.md). Store failures raise. A Schedule equal to its
+        stored definition is not checked again (it was when it was stored).
 
         It waits for the Schedule table only, not for the rest of the start-up (joining the
         replicas, planning every Schedule): AstraBox's restart is not kept waiting for
         what only firing needs (:meth:`Runtime.until_table_loaded`).
         """
         running = await self._require_table()
-        await self._changes().reconcile(running, list(schedules))
+        await self._changes(running).reconcile(running, list(schedules))
 
-    def _changes(self) -> ScheduleChanges:
+    def _changes(self, running: Runtime) -> ScheduleChanges:
         return ScheduleChanges(self._table, cap=self.settings.max_active_schedules,
-                               identity=self._identity, now=self._now)
+                               identity=self._identity, now=self._now,
+                               refusals=running.refusals)
 
     async def apply(self, schedule: Schedule) -> None:
         """Create or replace a Schedule; durable (and visible to every replica) on return."""
         running = await self._require_table()
-        await self._changes().apply(running, schedule)
+        await self._changes(running).apply(running, schedule)
 
     async def delete(self, deployment_id: str) -> None:
         """No further scheduled Runs; Runs already started continue; history stays."""
         running = await self._require_table()
-        await self._changes().delete(running, deployment_id)
+        await self._changes(running).delete(running, deployment_id)
 
     async def hold(self, deployment_id: str,
                    **notes: Unpack[schedulecore.OperatorNotes]) -> ScheduleRecord:

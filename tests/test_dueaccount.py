@@ -23,10 +23,12 @@ from nats_scheduler.core.dueaccount import (
     account,
     due_times_before,
     judge,
+    refused_change,
     spans,
 )
 from nats_scheduler.core.events import Hold, RunRecord, ScheduleRecord
 from nats_scheduler.core.liveness import LastRecord, Peer, Sign, outage_before, skipped_during
+from nats_scheduler.core.refusals import Refusal, RefusalKind
 from nats_scheduler.seam import RunPayload, RunState, Trigger
 
 T0 = datetime(2030, 1, 1, 2, 0, 30, tzinfo=UTC)
@@ -168,6 +170,50 @@ def test_a_change_moments_before_or_after_a_due_time() -> None:
     assert (line.reason, describe(line)) == (
         Reason.SCHEDULE_CHANGE, "skipped: the schedule changed 0.3 s after the due time, "
                                 "before it fired")
+
+
+def refusal(*, enabled: bool = True, cron: str | None = "* * * * *") -> Refusal:
+    return Refusal(deployment_id="dep", kind=RefusalKind.CAPACITY.value, reason="no room",
+                   at=at(2), by="replica-1", cron=cron, timezone="UTC", enabled=enabled)
+
+
+def test_a_refusal_marks_the_due_times_it_took_away_and_no_others() -> None:
+    """From the refusal on: a deployment with nothing stored has the refused calendar, every
+    due time ``refused``; a stored one disabled where AstraBox's is enabled is ``refused``;
+    a stored one that fires keeps its Runs and its unexplained due times, and a hold stays
+    a hold (it would outlive the apply). Before the refusal, nothing changes."""
+    runs = {at(3.5): run_at(at(3.5))}
+
+    def lines(changes: list[Change], refused: Refusal) -> dict[datetime, object]:
+        extra = refused_change(changes, refused)
+        return by_due(whole([*changes, *([extra] if extra else [])], runs=runs,
+                            until=at(5)))
+
+    never = lines([], refusal())
+    assert sorted(never) == [at(2.5), at(3.5), at(4.5)]
+    assert [(line.outcome, line.reason, line.by, line.note) for line in never.values()] == [
+        (Outcome.SKIPPED, Reason.REFUSED, "replica-1", "no room"), (Outcome.RUN, None, None,
+        None), (Outcome.SKIPPED, Reason.REFUSED, "replica-1", "no room")]
+    assert describe(never[at(2.5)]) == "skipped: refused by replica-1, since 02:02: no room"
+    assert lines([], refusal(cron=None)) == {}  # no calendar to show: the note says why
+    off = lines([Change(T0, record(enabled=False))], refusal())
+    assert [off[at(m)].reason for m in (0.5, 1.5, 2.5, 4.5)] == [
+        Reason.DISABLED, Reason.DISABLED, Reason.REFUSED, Reason.REFUSED]
+    assert lines([Change(T0, record(enabled=False))], refusal(enabled=False))[
+        at(4.5)].reason == Reason.DISABLED
+    fires = lines([Change(T0, record())], refusal())
+    assert {line.reason for line in fires.values()} == {None}
+    held = Hold(by="ana@ops", reason="freeze", at=at(3))
+    kept = lines([Change(T0, record(enabled=False)),
+                  Change(at(3), record(enabled=False, hold=held)),
+                  Change(at(4), record(enabled=False))], refusal())  # held, then released
+    assert [kept[at(m)].reason for m in (2.5, 4.5)] == [Reason.REFUSED, Reason.REFUSED]
+    held_off = lines([Change(T0, record(enabled=False, hold=held))], refusal())
+    assert (held_off[at(4.5)].reason, held_off[at(4.5)].by) == (Reason.HELD, "ana@ops")
+    assert lines([Change(T0, record(hold=held))], refusal())[at(4.5)].reason == Reason.HELD
+    gone = lines([Change(T0, record()), Change(at(1), record(deleted=True))], refusal())
+    assert [gone[at(m)].reason for m in (0.5, 2.5, 4.5)] == [
+        Reason.DELETED, Reason.REFUSED, Reason.REFUSED]
 
 
 def test_a_run_stored_while_paused_is_a_run() -> None:

@@ -1,10 +1,11 @@
-"""``reconcile`` as a diff, on a real server: it writes exactly the changes, or nothing.
+"""``reconcile`` as a diff, on a real server: it writes exactly the changes.
 
 AstraBox calls ``reconcile(every stored Schedule)`` on every replica at every restart, so the
 usual call changes nothing: it must store nothing (the Schedule stream's last sequence does
-not move). A mixed list stores one event per change and per deletion, and a list the
-provider refuses (a bad Schedule, or one more enabled Schedule than the capacity) stores
-nothing at all, whatever its position in the list.
+not move). A mixed list stores one event per change and per deletion. A Schedule the
+provider refuses (a bad one, a deployment given twice, one more enabled Schedule than the
+capacity) is refused alone and writes nothing, whatever its position in the list; the
+others are stored (tests/test_reconcile_refusals.py reads every outcome back).
 """
 
 from __future__ import annotations
@@ -27,13 +28,11 @@ from nats_scheduler.projections.schedule_table import ScheduleTable
 from nats_scheduler.provider import NatsSchedulerProvider
 from nats_scheduler.runtime import schedule_changes
 from nats_scheduler.seam import (
-    InvalidSchedule,
     RunPayload,
     Schedule,
-    ScheduleCapacityExceeded,
 )
 from tests.harness.servers import unique_prefix
-from tests.providers import assert_clean, running
+from tests.providers import running
 
 pytestmark = pytest.mark.anyio
 
@@ -112,24 +111,26 @@ async def test_a_mixed_list_writes_exactly_the_changes(provider: NatsSchedulerPr
     assert await last_seq(provider) == before + 15
 
 
-async def test_a_bad_schedule_refuses_the_list_before_any_write(
-    provider: NatsSchedulerProvider,
-) -> None:
+async def test_a_bad_schedule_is_refused_alone(provider: NatsSchedulerProvider) -> None:
     await provider.reconcile([schedule(i) for i in range(20)])
     before = await last_seq(provider)
     wanted = [schedule(i, prompt="changed", version=2) for i in range(40)]
     bad = Schedule("dep-bad", "dep-bad", "61 * * * *", "UTC", True, RunPayload("a", "p"), 1)
-    with pytest.raises(InvalidSchedule) as caught:
-        await provider.reconcile([*wanted, bad])
-    assert_clean(str(caught.value), echoed="dep-bad")
     huge = Schedule("dep-huge", "dep-huge", "0 3 * * *", "UTC", True,
                     RunPayload("a", "x" * (2 * 1024 * 1024)), 1)
-    with pytest.raises(InvalidSchedule) as caught:
-        await provider.reconcile([*wanted, huge])
-    assert_clean(str(caught.value), echoed="dep-huge")
-    assert await last_seq(provider) == before
+    await provider.reconcile([*wanted[:10], bad, *wanted[10:], huge])
+    assert await last_seq(provider) == before + 40
+    assert refused(provider) == {"dep-bad": "invalid", "dep-huge": "too_large"}
+    assert provider.schedules.get("dep-bad") is None
+    assert provider.schedules.get("dep-huge") is None
     record = await stored(provider, "dep-0000")
-    assert record is not None and record.payload.prompt == "p"
+    assert record is not None and record.payload.prompt == "changed"
+
+
+def refused(provider: NatsSchedulerProvider) -> dict[str, str]:
+    """The deployments this replica's reconciles refused, with the kind of each."""
+    assert provider.runtime is not None
+    return {r.deployment_id: r.kind for r in provider.runtime.refusals.listed()}
 
 
 async def test_a_change_is_checked_and_an_unchanged_schedule_is_not_checked_again(
@@ -137,16 +138,17 @@ async def test_a_change_is_checked_and_an_unchanged_schedule_is_not_checked_agai
 ) -> None:
     """A stored Schedule given unchanged was checked when it was stored: a restart's
     reconcile of a million does not check each again. A change to it is checked: one bad
-    change among unchanged Schedules refuses the list, which writes nothing."""
+    change among unchanged Schedules is refused, and the stored one stays."""
     wanted = [schedule(i) for i in range(30)]
     await provider.reconcile(wanted)
     before = await last_seq(provider)
     bad_change = Schedule("dep-0007", "dep-0007", "61 * * * *", "UTC", True,
                           RunPayload("agent", "p"), 2)
-    with pytest.raises(InvalidSchedule) as caught:
-        await provider.reconcile([*wanted[:7], bad_change, *wanted[8:]])
-    assert_clean(str(caught.value), echoed="dep-0007")
+    await provider.reconcile([*wanted[:7], bad_change, *wanted[8:]])
+    assert refused(provider) == {"dep-0007": "invalid"}
     assert await last_seq(provider) == before
+    kept = await stored(provider, "dep-0007")
+    assert kept is not None and not kept.deleted and kept.cron == wanted[7].cron
     # Stored by an earlier release whose checks let it through (written here past them):
     # given unchanged, it is accepted as it stands, and nothing is written.
     assert provider.runtime is not None
@@ -157,29 +159,32 @@ async def test_a_change_is_checked_and_an_unchanged_schedule_is_not_checked_agai
     before = await last_seq(provider)
     await provider.reconcile([*wanted, legacy])
     assert await last_seq(provider) == before
-    with pytest.raises(InvalidSchedule):  # a change to it is checked
-        await provider.reconcile([*wanted, Schedule(
-            "dep-legacy", "dep-legacy", "62 * * * *", "UTC", True, RunPayload("agent", "p"), 2)])
+    assert refused(provider) == {}
+    await provider.reconcile([*wanted, Schedule(  # a change to it is checked
+        "dep-legacy", "dep-legacy", "62 * * * *", "UTC", True, RunPayload("agent", "p"), 2)])
+    assert refused(provider) == {"dep-legacy": "invalid"}
     assert await last_seq(provider) == before
 
 
-async def test_capacity_refuses_the_list_before_any_write(
+async def test_capacity_refuses_the_last_new_enables_of_the_list(
     provider: NatsSchedulerProvider,
 ) -> None:
+    """Past the capacity, the Schedules stored enabled keep their place and the new enables
+    are taken in the list's order: the last ones are refused, the rest is written."""
     cap = provider.settings.max_active_schedules
     await provider.reconcile([schedule(i) for i in range(cap - 2)])
     before = await last_seq(provider)
     over = [schedule(i, prompt="changed", version=2) for i in range(cap + 1)]
-    with pytest.raises(ScheduleCapacityExceeded) as caught:
-        await provider.reconcile(over)
-    assert_clean(str(caught.value), echoed=over[-1].deployment_id)
-    assert await last_seq(provider) == before
-    # Disabling one first makes room, as the same applies one by one would.
-    fits = [schedule(0, enabled=False, version=2), *over[1:cap + 1]]
-    await provider.reconcile(fits)
+    await provider.reconcile(over)
+    assert refused(provider) == {over[-1].deployment_id: "capacity"}
+    assert await last_seq(provider) == before + cap  # cap - 2 changed, 2 new
+    assert provider.schedules.get(over[-1].deployment_id) is None
     assert provider.schedules.enabled_count() == cap
-
-
+    # Disabling one makes room for the one refused, wherever it stands in the list.
+    fits = [*over[1:], schedule(0, enabled=False, version=3)]
+    await provider.reconcile(fits)
+    assert refused(provider) == {}
+    assert provider.schedules.enabled_count() == cap
 async def test_a_planned_write_on_a_stale_copy_is_decided_again_on_the_stored_state(
     provider: NatsSchedulerProvider,
 ) -> None:
@@ -190,11 +195,11 @@ async def test_a_planned_write_on_a_stale_copy_is_decided_again_on_the_stored_st
     first = [schedule(i) for i in range(5)]
     await other.write_planned(
         schedulecore.plan_reconcile(first, table.get_with_seq, [], enabled=0, cap=10,
-                                    now=NOW, actor="other"), redecide_apply(first))
+                                    now=NOW, actor="other").writes, redecide_apply(first))
     await provider.hold("dep-0001", by="ops", reason="incident")  # the other copy: stale
     wanted = [schedule(i, prompt="changed", version=2) for i in range(5)]
     planned = schedulecore.plan_reconcile(wanted, table.get_with_seq, [], enabled=5, cap=10,
-                                          now=NOW, actor="other")
+                                          now=NOW, actor="other").writes
     assert len(planned) == 5
     await other.write_planned(planned, redecide_apply(wanted))
     for i in range(5):
@@ -213,12 +218,12 @@ def redecide_apply(wanted: list[Schedule]) -> Callable[[schedulecore.PlannedWrit
     return redecide
 
 
-async def test_a_large_reconcile_hands_its_memory_back_even_when_refused(
+async def test_a_large_reconcile_hands_its_memory_back_also_with_refusals(
     provider: NatsSchedulerProvider, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A reconcile of many Schedules ends by returning the freed memory of its temporaries to
     the system (a restart's reconcile of a million left ~45 MB resident unused), also when
-    the list is refused; a small one does not pay for it."""
+    it refuses Schedules; a small one does not pay for it."""
     released: list[int] = []
     monkeypatch.setattr(schedule_changes, "RELEASE_AFTER_RECONCILE", 20)
     monkeypatch.setattr(schedule_changes, "release_freed_memory",
@@ -228,9 +233,9 @@ async def test_a_large_reconcile_hands_its_memory_back_even_when_refused(
     await provider.reconcile([schedule(i) for i in range(20)])
     assert released == [1]
     bad = Schedule("dep-bad", "dep-bad", "61 * * * *", "UTC", True, RunPayload("a", "p"), 1)
-    with pytest.raises(InvalidSchedule):
-        await provider.reconcile([*(schedule(i) for i in range(20)), bad])
+    await provider.reconcile([*(schedule(i) for i in range(20)), bad])
     assert released == [1, 1]
+    assert refused(provider) == {"dep-bad": "invalid"}
 
 
 @given(stored=st.lists(st.tuples(st.integers(0, 12), st.booleans(), st.booleans(),
@@ -260,31 +265,35 @@ def test_the_plan_with_the_tables_shortcuts_is_the_plan_without_them(
     assert table.live_count() == len(table.live())
 
 
-async def test_a_deployment_given_twice_refuses_the_list_before_any_write(
+async def test_a_deployment_given_twice_is_refused_alone(
     provider: NatsSchedulerProvider,
 ) -> None:
     """Whether the list follows the table's order (walked beside it) or not (looked up), a
-    deployment given twice refuses the whole list and nothing is written."""
-    wanted = [schedule(i) for i in range(30)]
-    await provider.reconcile(wanted)
-    before = await last_seq(provider)
-    changed = [schedule(i, prompt="changed", version=2) for i in range(30)]
-    for twice in ([*changed, changed[4]],  # in the table's order, then one again
-                  [changed[4], *changed],  # out of order from the start
-                  [*changed[:10], changed[9], *changed[10:]]):  # side by side
-        with pytest.raises(InvalidSchedule) as caught:
-            await provider.reconcile(twice)
-        assert "more than once" in str(caught.value)
-        assert await last_seq(provider) == before
-    record = await stored(provider, "dep-0004")
-    assert record is not None and record.payload.prompt == "p"
-
-
-def _outcome(plan: Callable[[], list[schedulecore.PlannedWrite]]) -> object:
-    try:
-        return plan()
-    except (InvalidSchedule, ScheduleCapacityExceeded) as refused:
-        return (type(refused), str(refused))
+    deployment given twice is refused (none of its definitions written, its stored one
+    kept, not deleted) and every other change is written."""
+    await provider.reconcile([schedule(i) for i in range(30)])
+    shapes: list[Callable[[list[Schedule]], list[Schedule]]] = [
+        lambda c: [*c, c[4]],  # in the table's order, then one again
+        lambda c: [c[4], *c],  # out of order from the start
+        lambda c: [*c[:10], c[9], *c[10:]],  # side by side
+    ]
+    for round_, shape in enumerate(shapes):
+        changed = [schedule(i, prompt=f"changed {round_}", version=2 + round_)
+                   for i in range(30)]
+        dep = "dep-0009" if round_ == 2 else "dep-0004"
+        kept = await stored(provider, dep)
+        before = await last_seq(provider)
+        await provider.reconcile(shape(changed))
+        assert refused(provider) == {dep: "duplicate"}
+        assert provider.runtime is not None
+        assert "2 times" in provider.runtime.refusals.listed()[0].reason
+        assert await last_seq(provider) == before + 29
+        assert await stored(provider, dep) == kept, "the stored one stays, not deleted"
+        for i in range(30):
+            record = await stored(provider, f"dep-{i:04d}")
+            assert record is not None and not record.deleted
+            if record.deployment_id != dep:
+                assert record.payload.prompt == f"changed {round_}"
 
 
 @given(stored=st.lists(st.tuples(st.integers(0, 12), st.booleans(), st.booleans(),
@@ -294,7 +303,7 @@ def _outcome(plan: Callable[[], list[schedulecore.PlannedWrite]]) -> object:
 def test_the_walk_in_the_tables_order_plans_what_lookups_plan(
         stored: list[tuple[int, bool, bool, int]], data: st.DataObject) -> None:
     """``plan_reconcile`` walking the table's order beside the list plans exactly what it
-    plans looking every Schedule up, or refuses the same way, for lists in the table's order
+    plans looking every Schedule up, and refuses the same Schedules, for lists in the table's order
     with Schedules left out, added, repeated or moved, deleted ones stored among them; and a
     list entirely in the table's order costs no lookup and no set of its IDs."""
     table = ScheduleTable()
@@ -319,14 +328,14 @@ def test_the_walk_in_the_tables_order_plans_what_lookups_plan(
 
     def unique(listed: Sequence[Schedule]) -> set[str]:
         looked_up.append("a set of the IDs")
-        return validation.check_unique(list(listed))
+        return validation.deployment_ids(listed)
 
-    bare = _outcome(lambda: schedulecore.plan_reconcile(
-        wanted, table.get_with_seq, table.live(), unique=validation.check_unique, **common))
-    walked = _outcome(lambda: schedulecore.plan_reconcile(
+    bare = schedulecore.plan_reconcile(
+        wanted, table.get_with_seq, table.live(), unique=validation.deployment_ids, **common)
+    walked = schedulecore.plan_reconcile(
         wanted, table.get_with_seq, table.live_records(), entry=entry,  # type: ignore[arg-type]
         live_count=table.live_count(), ordered=table.in_table_order(), unique=unique,
-        **common))
+        **common)
     assert walked == bare
     if kept == [i for i in ids if not table.get(f"dep-{i:04d}").deleted]:  # type: ignore[union-attr]
         assert looked_up == [], "a list in the table's order is walked, not looked up"
@@ -343,7 +352,7 @@ async def test_a_reconciles_messages_in_flight_stay_out_of_the_garbage_collector
     log = ScheduleLog(provider.store, table)
     wanted = [schedule(i) for i in range(50)]
     planned = schedulecore.plan_reconcile(wanted, table.get_with_seq, [], enabled=0, cap=100,
-                                          now=NOW, actor="a")
+                                          now=NOW, actor="a").writes
     chunks = list(log._chunks(planned))
     gc.collect(0)
     entries = [entry for chunk in chunks for entry in chunk]

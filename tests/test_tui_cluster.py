@@ -19,6 +19,7 @@ from admin_tui.widgets.keyed_table import KeyedTable
 from admin_tui.widgets.replica_summary import replica_text
 from admin_tui.widgets.replica_table import ReplicaTable
 from nats_scheduler.admin.api import ClusterStatus, ReplicaMetrics, ReplicaView
+from nats_scheduler.core.refusals import Refusal
 from tests.tui_fakes import REPLICA_A, REPLICA_B, FakeBackend, frozen_clock, screen_text
 
 pytestmark = pytest.mark.anyio
@@ -114,3 +115,21 @@ def test_replica_text_without_firings_or_processes() -> None:
     assert "Runs created 0 · dispatched 0 · failed 0" in text
     assert "store errors none" in text and "Schedules none" in text
 
+
+
+def test_replica_text_names_the_schedules_its_reconcile_refused() -> None:
+    """The count in red, the first five with their kind and why, and how many more."""
+    refused = [Refusal(deployment_id=f"dep-{i}", kind="invalid",
+                       reason=f"schedule of deployment 'dep-{i}' is invalid: bad cron")
+               for i in range(7)]
+    replica = ReplicaView(identity="p", metrics=ReplicaMetrics(), refused=refused,
+                          refused_total=12)
+    text = replica_text(replica)
+    plain = str(text)
+    assert "Refused Schedules 12 (each keeps its stored schedule, or has none)" in plain
+    assert "dep-4 invalid: schedule of deployment 'dep-4' is invalid: bad cron" in plain
+    assert "dep-5" not in plain and "and 7 more (nats-scheduler status lists them)" in plain
+    assert any(span.style == "bold red" and plain[span.start:span.end] == "12"
+               for span in text.spans)
+    assert "Refused" not in str(replica_text(ReplicaView(identity="q",
+                                                         metrics=ReplicaMetrics())))

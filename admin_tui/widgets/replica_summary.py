@@ -56,6 +56,26 @@ def replica_text(replica: ReplicaView | None) -> Text:
         text.append(f", ended {m.holds_ended}")
     text.append("\nHost clock vs the store's: ")
     text.append_text(_offset(replica))
+    if replica.refused_count:
+        text.append_text(_refused(replica))
+    return text
+
+
+REFUSALS_SHOWN = 5
+"""Refused Schedules named under the table (``nats-scheduler status`` prints more)."""
+
+
+def _refused(replica: ReplicaView) -> Text:
+    """The Schedules its reconcile refused: how many, the first ones with why."""
+    text = Text("\nRefused Schedules ")
+    text.append(str(replica.refused_count), style="bold red")
+    text.append(" (each keeps its stored schedule, or has none)")
+    for refusal in replica.refused[:REFUSALS_SHOWN]:
+        text.append(f"\n  {refusal.deployment_id} ", style="bold")
+        text.append(f"{refusal.kind}: {refusal.reason}")
+    more = replica.refused_count - min(len(replica.refused), REFUSALS_SHOWN)
+    if more > 0:
+        text.append(f"\n  and {more} more (nats-scheduler status lists them)", style="dim")
     return text
 
 

@@ -21,8 +21,9 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 
-from ..core.dueaccount import Change, Outage, account, due_times_before, spans
+from ..core.dueaccount import Change, Outage, account, due_times_before, refused_change, spans
 from ..core.events import RunRecord, decode_schedule_event
+from ..core.refusals import Refusal, refusal_note
 from ..jetstream.history import RunHistory
 from ..jetstream.history_writes import decode_entry
 from ..jetstream.outages import OutageLog, parse_server_time
@@ -171,9 +172,13 @@ class AccountReader:
 
     async def page(self, deployment_id: str, *, now: datetime, since: datetime | None = None,
                    until: datetime | None = None, before: datetime | None = None,
-                   limit: int = PAGE_MAX, running: bool = False) -> DueAccount:
+                   limit: int = PAGE_MAX, running: bool = False,
+                   refusal: Refusal | None = None) -> DueAccount:
         """One page of the account, newest first (``before``: the ``next_before`` of the
-        page before). ``running``: the caller is a running replica (no outage now)."""
+        page before). ``running``: the caller is a running replica (no outage now).
+        ``refusal``: the deployment's standing refusal, which a replica knows in memory:
+        the due times it took away are ``refused``, a note says why, and a deployment it
+        left with no stored Schedule has an account all the same."""
         checked(deployment_id, "deployment ID")
         until = _aware(until, "until") or now
         since = _aware(since, "since") or until - DEFAULT_WINDOW
@@ -187,7 +192,13 @@ class AccountReader:
         # the reads of a page, two rounds of requests sent together
         changes, floor = await asyncio.gather(self.changes(deployment_id),
                                               self.floor(deployment_id, now))
-        if not changes:
+        notes: list[str] = []
+        if refusal is not None:
+            refused = refused_change(changes, refusal)
+            notes.append(refusal_note(refusal, stored=refused is not None
+                                      and not refused.unstored))
+            changes = changes if refused is None else [*changes, refused]
+        elif not changes:
             raise AdminError(ErrorCode.NOT_FOUND, f"deployment {deployment_id!r} has no schedule")
         start = since if floor.at is None else max(since, floor.at)
         calendar = spans(changes)
@@ -205,7 +216,7 @@ class AccountReader:
         return DueAccount(deployment_id=deployment_id, since=start, until=until,
                           due_times=judged.due_times, other_runs=others,
                           next_before=judged.next_before,
-                          notes=floor.notes(clipped=start > since))
+                          notes=notes + floor.notes(clipped=start > since))
 
 
 async def _nothing() -> list[RunRecord]:

@@ -34,6 +34,7 @@ import msgspec
 
 from ..core.dueaccount import DueTime
 from ..core.events import RunRecord, ScheduleRecord
+from ..core.refusals import Refusal
 from ..seam import RunState
 from .load_api import LoadAhead as LoadAhead  # the load's types, re-exported
 from .load_api import LoadMinute as LoadMinute
@@ -192,6 +193,8 @@ class ReplicaMetrics(msgspec.Struct, frozen=True, kw_only=True):
     recent_lateness: dict[str, list[float]] = {}
     """Per stage, the lateness (seconds) of its latest firings one by one, oldest first
     (at most 120; empty from replicas older than the field)."""
+    schedules_refused: dict[str, int] = {}
+    """Schedules its reconcile refused that still stand refused, by kind (``refused``)."""
 
 
 class ReplicaView(msgspec.Struct, frozen=True, kw_only=True):
@@ -219,6 +222,15 @@ class ReplicaView(msgspec.Struct, frozen=True, kw_only=True):
     than the field."""
     server_offset_error: float | None = None
     """How far ``server_offset`` may be off (half the measuring round trip)."""
+    refused: list[Refusal] = []
+    """The Schedules its reconcile refused, still standing (the first ones, to fit one
+    message: admin/bounded.py); empty from replicas older than the field."""
+    refused_total: int | None = None
+    """How many there are (``refused`` may list only the first)."""
+
+    @property
+    def refused_count(self) -> int:
+        return _count(self.refused_total, self.refused)
 
 
 class LeaseView(msgspec.Struct, frozen=True, kw_only=True):

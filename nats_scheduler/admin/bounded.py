@@ -1,7 +1,8 @@
 """Fitting an admin answer whose lists grow with the Schedules or Runs into one message.
 
 ``cluster.status`` lists every live lease and every Run in flight, ``health`` every silent
-stop, stuck Run and failed Run of the day, and ``replica.status`` the Runs a replica holds.
+stop, stuck Run and failed Run of the day, and ``replica.status`` the Runs a replica holds
+and the Schedules its reconcile refused.
 Each grows with the number of Schedules or Runs: after an incident at 100,000 Schedules a
 list of silent stops alone is megabytes, past the server's largest message, and an answer
 that does not fit is no answer at all. So each list is cut to its share of a byte budget
@@ -50,11 +51,20 @@ def fit(items: Sequence[T], budget: int) -> list[T]:
     return kept
 
 
-def bounded_replica(view: ReplicaView, budget: int) -> ReplicaView:
-    """``view`` with its in-flight Runs cut to a share of ``budget``, their count kept."""
+REPLICA_REFUSED_SHARE = 0.05
+"""Of the budget, what one replica may spend on the Schedules its reconcile refused."""
+
+
+def bounded_replica(view: ReplicaView, budget: int, refused_total: int | None = None
+                    ) -> ReplicaView:
+    """``view`` with its in-flight Runs and its refused Schedules cut to a share of
+    ``budget`` each, their counts kept (``refused_total``: when the replica counts more
+    refusals than it names)."""
     in_flight = fit(view.in_flight, int(budget * REPLICA_IN_FLIGHT_SHARE))
-    return msgspec.structs.replace(view, in_flight=in_flight,
-                                   in_flight_total=len(view.in_flight))
+    refused = fit(view.refused, int(budget * REPLICA_REFUSED_SHARE))
+    return msgspec.structs.replace(
+        view, in_flight=in_flight, in_flight_total=len(view.in_flight), refused=refused,
+        refused_total=len(view.refused) if refused_total is None else refused_total)
 
 
 def bounded_cluster_status(status: ClusterStatus, budget: int) -> ClusterStatus:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Protocol, Unpack
 
 from ..core.events import RunRecord, ScheduleRecord
+from ..core.refusals import Refusal
 from ..core.schedulecore import OperatorNotes
 from ..jetstream.store import Store
 from ..ports.feeds import Feed
@@ -39,11 +40,29 @@ class MetricsSource(Protocol):
         ...
 
 
+class RefusalSource(Protocol):
+    """The Schedules the process's reconciles refused (``runtime/refusals.py``)."""
+
+    def listed(self) -> list[Refusal]:
+        """Those kept by name, in the order they were refused."""
+        ...
+
+    @property
+    def count(self) -> int:
+        """All of them, those counted but not named included."""
+        ...
+
+    def get(self, deployment_id: str) -> Refusal | None: ...
+
+
 class RunningReplica(Protocol):
     """The running parts of the hosting process, between its start and its stop."""
 
     @property
     def metrics(self) -> MetricsSource: ...
+
+    @property
+    def refusals(self) -> RefusalSource: ...
 
     @property
     def followers(self) -> Sequence[Feed]:

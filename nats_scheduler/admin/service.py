@@ -41,6 +41,7 @@ import msgspec
 
 from ..clock import Clock, SystemClock
 from ..core.events import Caller, ScheduleRecord
+from ..core.refusals import Refusal
 from ..jetstream.admin_transport import AdminReply, AdminRequest, Endpoint, ServiceBinding
 from ..names import SERVICE_NAME
 from ..seam import EnqueueRequest, Trigger
@@ -281,17 +282,33 @@ class AdminService:
         return result
 
     async def explain(self, req: ExplainRequest) -> DueAccount:
-        """A page of the account of due times, from the store (any replica answers). A page
-        that would not fit one message is asked again with half as many due times."""
+        """A page of the account of due times, from the store (any replica answers), with
+        the deployment's refusal if one stands. A page that would not fit one message is
+        asked again with half as many due times."""
         reader = AccountReader(self.provider.store)
+        refusal = await self._refusal(req.deployment_id)
         limit = req.limit
         while True:
             page = await reader.page(req.deployment_id, now=self._clock_now, since=req.since,
                                      until=req.until, before=req.before, limit=limit,
-                                     running=True)
+                                     running=True, refusal=refusal)
             if limit == 1 or len(_encoder.encode(page)) <= self._budget():
                 return page
             limit //= 2
+
+    async def _refusal(self, deployment_id: str) -> Refusal | None:
+        """This replica's refusal of the deployment; for one it has no Schedule of, any
+        replica's (a replica refuses at its own start: they may differ for a while)."""
+        running = self.provider.runtime
+        found = None if running is None else running.refusals.get(deployment_id)
+        if found is not None or self.provider.schedules.get(deployment_id) is not None:
+            return found
+        try:
+            views = await self.reader.replicas()
+        except AdminError:
+            return None  # the account says what the store has, as without refusals
+        return next((r for view in views for r in view.refused
+                     if r.deployment_id == deployment_id), None)
 
     async def load(self, req: LoadRequest) -> LoadAhead:
         """Scheduled Runs due per minute ahead, herds named by the live replicas (load.py)."""
@@ -362,8 +379,9 @@ class AdminService:
             ready=self.provider.ready,
             metrics=None if running is None else msgspec.convert(
                 running.metrics.snapshot(), ReplicaMetrics, from_attributes=True),
+            refused=[] if running is None else running.refusals.listed(),
             **self._offset(),
-        ), self._budget())
+        ), self._budget(), refused_total=None if running is None else running.refusals.count)
 
     def _offset(self) -> dict[str, float]:
         """``server_offset`` and its error, when this replica has a fresh estimate."""

@@ -4,7 +4,8 @@
 
 The window defaults to the last 24 hours. Each due time of the Schedule's calendar as it
 stood at that time gets one outcome: ``run`` (its Run, state, lateness), ``skipped`` with a
-reason (``disabled``, ``held``, ``no_process``, ``deleted``, ``schedule_change``),
+reason (``disabled``, ``held``, ``no_process``, ``deleted``, ``schedule_change``, and
+``refused`` when a replica's reconcile refused AstraBox's definition: a note says why),
 ``pending`` (a running replica may still fire it) or ``unexplained`` (a broken promise).
 Runs of other triggers (Run now, Replay) are listed beside, not counted.
 

@@ -1,7 +1,8 @@
 """``status`` (cluster and health) and ``doctor`` (what the store can promise).
 
-``status`` exits 7 when a health signal is raised (a silent stop, a stuck or a failed Run),
-so a cron job or a monitoring probe can run it as is. ``doctor`` exits 7 when a check fails.
+``status`` exits 7 when a health signal is raised (a silent stop, a stuck or a failed Run, a
+Schedule a replica's reconcile refused), so a cron job or a monitoring probe can run it as
+is. ``doctor`` exits 7 when a check fails.
 """
 
 from __future__ import annotations
@@ -37,9 +38,32 @@ class StatusReport(msgspec.Struct, frozen=True, kw_only=True):
     healthy: bool
 
 
-def healthy(health: Health) -> bool:
+def healthy(health: Health, status: ClusterStatus | None = None) -> bool:
+    """No health signal raised, and no replica with a Schedule its reconcile refused."""
+    refused = status is not None and any(r.refused_count for r in status.replicas)
     return not (health.silent_stops or health.stuck_runs or health.failed_runs
-                or health.skipped_events)
+                or health.skipped_events or refused)
+
+
+REFUSALS_SHOWN = 20
+"""Refused Schedules printed per replica (``--json`` has every one the replica sent)."""
+
+
+def refusal_lines(replicas: list[ReplicaView]) -> list[str]:
+    """Which replica refused which deployments and why: a bounded list, with counts."""
+    refusing = [r for r in replicas if r.refused_count]
+    total = sum(r.refused_count for r in refusing)
+    lines = [f"refused schedules: {total or 'none'}"
+             + (" (each keeps its stored schedule, or has none; explain DEPLOYMENT)"
+                if total else "")]
+    for r in refusing:
+        lines.append(f"  {r.identity}: {r.refused_count}")
+        for refusal in r.refused[:REFUSALS_SHOWN]:
+            lines.append(f"    {refusal.deployment_id}  {refusal.kind}  {refusal.reason}")
+        shown = min(len(r.refused), REFUSALS_SHOWN)
+        if r.refused_count > shown:
+            lines.append(f"    ... and {r.refused_count - shown} more")
+    return lines
 
 
 def _runs(title: str, runs: list[RunView], count: int | None = None) -> list[str]:
@@ -111,6 +135,7 @@ def metrics_line(m: ReplicaMetrics | None) -> str:
         f"Schedules {schedules or 'none'}",
         *([f"holds: auto-held {m.auto_holds}, ended {m.holds_ended}"]
           if m.auto_holds or m.holds_ended else []),
+        *([f"refused Schedules {_by_key(m.schedules_refused)}"] if m.schedules_refused else []),
     ])
 
 
@@ -160,7 +185,8 @@ def status_text(status: ClusterStatus, health: Health) -> str:
         lines.append(f"  {lease.run_id}  by {lease.holder}  until {when(lease.expires_at)}")
     lines.append(f"in flight: {', '.join(status.in_flight) or 'none'}"
                  + _more(status.in_flight_count, status.in_flight))
-    lines.append("health: " + ("ok" if healthy(health) else "PROBLEMS"))
+    lines += refusal_lines(status.replicas)
+    lines.append("health: " + ("ok" if healthy(health, status) else "PROBLEMS"))
     lines.append("  silent stops: " + (", ".join(health.silent_stops) or "none")
                  + _more(health.silent_stop_count, health.silent_stops))
     if health.server_offset is not None:
@@ -184,7 +210,7 @@ async def _status(args: argparse.Namespace) -> int:
         cluster = await client.cluster_status()
         source = client.last_source
         health = await client.health()
-    ok = healthy(health)
+    ok = healthy(health, cluster)
     if args.json:
         print_json(StatusReport(cluster=cluster, health=health, source=source, healthy=ok))
     else:

@@ -65,6 +65,9 @@ def _skipped(line: DueTime) -> str:
         return f"skipped: the schedule was deleted{_after(line)}"
     if line.reason == Reason.SCHEDULE_CHANGE:
         return f"skipped: the schedule changed{_after(line)}"
+    if line.reason == Reason.REFUSED:
+        by = f" by {line.by}" if line.by else ""
+        return f"skipped: refused{by}, {when}: {line.note or 'no reason given'}"
     return f"skipped: {line.reason}"
 
 

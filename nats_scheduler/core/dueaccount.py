@@ -14,7 +14,8 @@ Each due time gets one :class:`Outcome`:
 
 - ``run``: its Run exists (whatever the Schedule did meanwhile: a Run stored is a Run);
 - ``skipped`` with a :class:`Reason` (the rules' reasons, docs/contract.md "Due times
-  without a Run");
+  without a Run"; ``refused`` when a standing refusal of a reconcile took it away, a fact
+  the replicas keep in memory and the caller passes in: :func:`refused_change`);
 - ``pending``: not yet due, or due within ``grace``: a live replica may still fire it (the
   owner's patience and a busy minute's creation both fit in it). A due time still to come
   is pending whatever the Schedule holds now: a hold or a disable may end before it;
@@ -34,9 +35,10 @@ from enum import StrEnum
 
 import msgspec
 
-from ..seam import RunState
+from ..seam import RunPayload, RunState
 from . import calendar
 from .events import RunRecord, ScheduleRecord
+from .refusals import Refusal
 
 PENDING_GRACE = 60.0
 """Seconds after a due time in which a missing Run is ``pending``, not ``unexplained``: the
@@ -77,14 +79,47 @@ class Reason(StrEnum):
     """The Schedule changed within moments of the due time: a replica plans a changed
     calendar once it learns of the change (``CHANGE_MARGIN``), and fires a due time only if
     the calendar still has it when it fires."""
+    REFUSED = "refused"
+    """A reconcile refused AstraBox's definition (``core/refusals.py``): a deployment with no
+    stored Schedule, or one whose stored Schedule is disabled where AstraBox's is enabled
+    (and not held: such a one is ``held``, the hold would outlive the change).
+    ``note`` says why, ``by`` which replica, ``since`` when."""
 
 
 @dataclass(frozen=True)
 class Change:
-    """One stored change of the Schedule: the record it left, stored at ``at`` (server)."""
+    """One stored change of the Schedule: the record it left, stored at ``at`` (server).
+
+    Or a refusal (:func:`refused_change`): from ``at`` on, ``refused`` stands; ``record`` is
+    the stored Schedule, still in force, or the refused definition when none is stored
+    (``unstored``)."""
 
     at: datetime
     record: ScheduleRecord
+    refused: Refusal | None = None
+    unstored: bool = False
+
+
+def refused_change(changes: Sequence[Change], refusal: Refusal) -> Change | None:
+    """The change a standing refusal makes to the account, or None when it has no calendar
+    to show (refused with nothing stored, and a calendar the rules cannot read)."""
+    if refusal.at is None:
+        return None
+    before = [c for c in changes if c.at <= refusal.at]
+    current = max(before, key=lambda c: c.at).record if before else None
+    if current is not None and not current.deleted:
+        return Change(refusal.at, current, refused=refusal)
+    if refusal.cron is None or refusal.timezone is None:
+        return None
+    try:
+        calendar.validate(refusal.cron, refusal.timezone)
+    except ValueError:
+        return None
+    record = ScheduleRecord(
+        deployment_id=refusal.deployment_id, name=refusal.deployment_id, cron=refusal.cron,
+        timezone=refusal.timezone, enabled=refusal.enabled, payload=RunPayload("", ""),
+        version=0, updated_at=refusal.at)
+    return Change(refusal.at, record, refused=refusal, unstored=True)
 
 
 @dataclass(frozen=True)
@@ -116,9 +151,11 @@ class DueTime(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False):
     until: datetime | None = None
     """When it ended (enabled again, released, the first replica's start); None: ongoing."""
     by: str | None = None
-    """Who held it (``held``), or which replica recorded the outage (``no_process``)."""
+    """Who held it (``held``), which replica recorded the outage (``no_process``) or refused
+    the definition (``refused``)."""
     note: str | None = None
-    """The hold's reason (``held``), or what proves the outage's start (``no_process``)."""
+    """The hold's reason (``held``), what proves the outage's start (``no_process``), or
+    why the definition was refused (``refused``)."""
     version: int | None = None
     """The definition's version in force (``disabled``: the one that disabled it)."""
     cron: str
@@ -133,16 +170,21 @@ class Span:
     end: datetime | None
     record: ScheduleRecord
     previous: ScheduleRecord | None
+    refused: Refusal | None = None
+    """A refusal standing over this span (from its change on: a later hold keeps it)."""
+    unstored: bool = False
 
 
 def spans(changes: Sequence[Change]) -> list[Span]:
     """The calendar as it stood over time, oldest first: one span per stored change."""
     ordered = sorted(changes, key=lambda c: c.at)
     found = []
+    refused: Refusal | None = None
     for i, change in enumerate(ordered):
         end = ordered[i + 1].at if i + 1 < len(ordered) else None
         previous = ordered[i - 1].record if i else None
-        found.append(Span(change.at, end, change.record, previous))
+        refused = change.refused or refused
+        found.append(Span(change.at, end, change.record, previous, refused, change.unstored))
     return found
 
 
@@ -226,6 +268,23 @@ def _inactive(due: datetime, all_spans: Sequence[Span], index: int) -> DueTime |
     return None
 
 
+def _refused(due: datetime, all_spans: Sequence[Span], index: int) -> DueTime | None:
+    """The skip of a due time a standing refusal took away: nothing stored, or stored
+    disabled where AstraBox's definition is enabled. A held one stays held: the hold would
+    outlive the change the refusal kept out."""
+    span = all_spans[index]
+    refusal, record = span.refused, span.record
+    if refusal is None or not (span.unstored or (refusal.enabled and not record.enabled)):
+        return None
+    if record.hold is not None and not span.unstored:
+        hold = record.hold
+        since, until = _stretch(all_spans, index, lambda r: r.hold == hold and not r.deleted)
+        return _line(due, record, Outcome.SKIPPED, reason=Reason.HELD, since=since,
+                     until=until, by=hold.by, note=hold.reason)
+    return _line(due, record, Outcome.SKIPPED, reason=Reason.REFUSED, since=refusal.at,
+                 by=refusal.by, note=refusal.reason)
+
+
 def _outage(due: datetime, record: ScheduleRecord, outages: Sequence[Outage]) -> DueTime | None:
     for outage in outages:
         if outage.start < due and (outage.end is None or due <= outage.end):
@@ -284,7 +343,8 @@ def judge(due: datetime, all_spans: Sequence[Span], index: int, run: RunRecord |
         return _run(due, record, run)
     if due > now:
         return _line(due, record, Outcome.PENDING)  # not due yet: nothing is decided
-    found = (_inactive(due, all_spans, index) or _outage(due, record, outages)
+    found = (_refused(due, all_spans, index) or _inactive(due, all_spans, index)
+             or _outage(due, record, outages)
              or _changed_around(due, all_spans, index, timedelta(seconds=grace)))
     if found is not None:
         return found

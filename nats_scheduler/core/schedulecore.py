@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from datetime import datetime
-from typing import Protocol, Required, TypedDict, Unpack
+from typing import NamedTuple, Protocol, Required, TypedDict, Unpack
 
 import msgspec
 
-from ..seam import Schedule, ScheduleCapacityExceeded
+from ..seam import InvalidSchedule, Schedule, ScheduleCapacityExceeded
 from .events import (
     SYSTEM,
     Caller,
@@ -27,6 +27,8 @@ from .events import (
     ScheduleRecord,
     ScheduleReleased,
 )
+from .refusals import Refusal, RefusalKind, duplicates, refusal, repeated
+from .validation import ScheduleTooLarge
 
 _DEFINITION = Schedule.__struct_fields__
 
@@ -44,6 +46,11 @@ def _definition_equal(record: ScheduleRecord, schedule: Schedule) -> bool:
             and record.timezone == schedule.timezone and record.enabled == schedule.enabled
             and record.version == schedule.version and record.name == schedule.name
             and record.payload == schedule.payload)
+
+
+def unchanged(current: ScheduleRecord | None, schedule: Schedule) -> bool:
+    """Whether ``schedule`` is the live stored definition (checked when it was stored)."""
+    return current is not None and _definition_equal(current, schedule)
 
 
 _COMPARED = ("deployment_id", "name", "cron", "timezone", "enabled", "payload", "version")
@@ -187,10 +194,13 @@ def check_capacity(
     if current is not None and current.enabled and not current.deleted:
         return
     if enabled_elsewhere + 1 > cap:
-        raise ScheduleCapacityExceeded(
-            f"cannot enable deployment {deployment_id!r}: the scheduler supports at most "
-            f"{cap} enabled schedules"
-        )
+        raise ScheduleCapacityExceeded(capacity_reason(deployment_id, cap))
+
+
+def capacity_reason(deployment_id: str, cap: int) -> str:
+    """Why enabling ``deployment_id`` is refused at the capacity ``cap``."""
+    return (f"cannot enable deployment {deployment_id!r}: the scheduler supports at most "
+            f"{cap} enabled schedules")
 
 
 Known = Callable[[str], "tuple[int, ScheduleRecord] | None"]
@@ -216,6 +226,15 @@ class PlannedWrite(msgspec.Struct, frozen=True, gc=False):
     event: ScheduleApplied | ScheduleDeleted
 
 
+class ReconcilePlan(NamedTuple):
+    """What a reconcile stores (deletions first, then changes in the list's order) and the
+    Schedules it refuses, each kept as stored (docs/contract.md, "When reconcile refuses
+    Schedules")."""
+
+    writes: list[PlannedWrite]
+    refused: list[Refusal]
+
+
 def plan_reconcile(
     schedules: Sequence[Schedule], known: Known, live: Iterable[ScheduleRecord], *,
     enabled: int, cap: int, now: datetime, actor: str, given: AbstractSet[str] | None = None,
@@ -223,19 +242,24 @@ def plan_reconcile(
     entry: Callable[[str], KnownEntry | None] | None = None, live_count: int | None = None,
     ordered: Iterable[KnownEntry] | None = None,
     unique: Callable[[Sequence[Schedule]], AbstractSet[str]] | None = None,
-) -> list[PlannedWrite]:
-    """What ``reconcile(schedules)`` writes, decided in one pass on a table proven current.
+) -> ReconcilePlan:
+    """What ``reconcile(schedules)`` writes and refuses, decided in one pass on a table
+    proven current.
 
-    The same decisions as one ``apply`` per Schedule in the order given, then one ``delete``
-    per live Schedule not given (:func:`decide_apply`, :func:`check_capacity` counting the
-    Schedules enabled by the applies before it, :func:`decide_delete`), so the outcome is
-    the sequential one. Unchanged Schedules plan nothing. Raises before returning anything,
-    so a refused list writes nothing. ``enabled``: the table's enabled Schedules.
+    Every Schedule decided as ``apply`` decides it (:func:`decide_apply`), every live
+    Schedule not given deleted (:func:`decide_delete`); unchanged Schedules plan nothing.
+    A Schedule is refused on its own, never the list: ``check`` raises InvalidSchedule
+    (``ScheduleTooLarge``: ``too_large``), a deployment given twice is refused whole (none
+    of its definitions applied), and past the capacity the new enables are refused from
+    the end of the list: the Schedules stored enabled that stay enabled keep their place,
+    then the others in the list's order (the capacity counts the enabled Schedules once
+    the deletions and disables of this list are made). The same list on the same table
+    refuses the same Schedules on every replica. A refused Schedule plans nothing: its
+    stored record stays, and it is not deleted. ``enabled``: the table's enabled Schedules.
     ``given``: the deployment IDs of ``schedules``, when the caller has them already.
-    ``check``: raises for a Schedule that cannot be stored (validation, size); called for
-    every Schedule but those equal to their stored definition, which was checked when it
-    was stored (a restart's reconcile of a million unchanged Schedules validated each again:
-    a second of its ten).
+    ``check``: called for every Schedule but those equal to their stored definition, which
+    was checked when it was stored (a restart's reconcile of a million unchanged Schedules
+    validated each again: a second of its ten).
     ``entry``: ``known`` without building a tuple per Schedule (the table's own entry).
     ``live_count``: how many Schedules ``live`` holds; when every one of them is among
     ``schedules`` (as many given Schedules found live, the deployments given once each),
@@ -245,13 +269,68 @@ def plan_reconcile(
     side by side: no hash lookup per Schedule, and its deployments are distinct because the
     table's are, so no set of a million IDs is built either. A Schedule out of that order is
     looked up as without it; deleted entries the list does not give are stepped over.
-    ``unique``: the deployment IDs of ``schedules``, raising when one is given twice; called
-    after the pass, before anything is returned, unless ``given`` was passed or the walk
-    matched every Schedule in order. (Hash lookups of a million strings are what grows
-    faster than the Schedules once they outgrow the machine's caches: docs/benchmarks.md.)
+    ``unique``: the set of the deployment IDs of ``schedules``; called after the pass unless
+    ``given`` was passed or the walk matched every Schedule in order. (Hash lookups of a
+    million strings are what grows faster than the Schedules once they outgrow the
+    machine's caches: docs/benchmarks.md.)
     """
+    decided = _decide(schedules, known, now=now, actor=actor, check=check, entry=entry,
+                      ordered=ordered)
+    wanted: AbstractSet[str] | None = given
+    if wanted is None and decided.in_order != len(schedules):  # not proven distinct by the walk
+        wanted = (unique(schedules) if unique is not None
+                  else {s.deployment_id for s in schedules})
+    refused: list[Refusal] = []
+    distinct = wanted is None or len(wanted) == len(schedules)
+    if not distinct:  # rare: decided again without the deployments given twice
+        twice = repeated(schedules)
+        refused = duplicates(schedules, twice, at=now)
+        decided = _decide([s for s in schedules if s.deployment_id not in twice], known,
+                          now=now, actor=actor, check=check, entry=entry, ordered=None)
+    refused[:0] = decided.refused
+    deletions: list[PlannedWrite] = []
+    if not (live_count is not None and decided.found_live == live_count and distinct):
+        if wanted is None:
+            wanted = {s.deployment_id for s in schedules}
+        for record in live:
+            if record.deployment_id in wanted:
+                continue
+            stored = known(record.deployment_id)
+            deleted = None if stored is None else decide_delete(stored[1], now=now, actor=actor)
+            if stored is not None and deleted is not None:
+                deletions.append(PlannedWrite(record.deployment_id, stored[0], deleted))
+    freed = sum(1 for d in deletions if d.event.schedule.enabled)
+    room = max(0, cap - (enabled - decided.disabled - freed))
+    writes = decided.planned
+    if decided.enabling > room:  # rare: the last new enables of the list are refused
+        writes, over = _over_capacity(writes, known, room)
+        refused += [refusal(w.event.schedule, RefusalKind.CAPACITY,
+                            capacity_reason(w.deployment_id, cap), at=now) for w in over]
+    return ReconcilePlan(deletions + writes if deletions else writes, refused)
+
+
+class _Decided(NamedTuple):
+    """One pass over a reconcile's list: the changes, the Schedules refused by ``check``,
+    and what the capacity and the deletions need to know."""
+
+    planned: list[PlannedWrite]
+    refused: list[Refusal]
+    enabling: int
+    """Changes that enable a deployment not stored enabled."""
+    disabled: int
+    """Changes that disable a deployment stored enabled."""
+    found_live: int
+    in_order: int
+
+
+def _decide(schedules: Sequence[Schedule], known: Known, *, now: datetime, actor: str,
+            check: Callable[[Schedule], None] | None,
+            entry: Callable[[str], KnownEntry | None] | None,
+            ordered: Iterable[KnownEntry] | None) -> _Decided:
+    """Decide each Schedule on the table (see :func:`plan_reconcile`)."""
     planned: list[PlannedWrite] = []
-    found_live = 0
+    refused: list[Refusal] = []
+    found_live = enabling = disabled = 0
     cursor: Iterator[KnownEntry] = iter(() if ordered is None else ordered)
     ahead = next(cursor, None)  # the table's next entry: where the list is expected to go on
     in_order = 0
@@ -280,31 +359,38 @@ def plan_reconcile(
             if _definition_equal(current, schedule):
                 continue  # unchanged: nothing to write, nothing to check again
         if check is not None:
-            check(schedule)
+            try:
+                check(schedule)
+            except InvalidSchedule as exc:
+                kind = (RefusalKind.TOO_LARGE if isinstance(exc, ScheduleTooLarge)
+                        else RefusalKind.INVALID)
+                refused.append(refusal(schedule, kind, str(exc), at=now))
+                continue
         event = decide_apply(current, schedule, now=now, actor=actor)
         if event is None:
             continue
         was = current is not None and current.enabled and not current.deleted
-        if schedule.enabled:
-            check_capacity(deployment_id, current, enabled - was, cap)
-        enabled += schedule.enabled - was
+        if schedule.enabled and not was:
+            enabling += 1
+        elif was and not schedule.enabled:
+            disabled += 1
         planned.append(PlannedWrite(deployment_id, seq, event))
-    wanted: AbstractSet[str] | None = given
-    if wanted is None and in_order != len(schedules):  # not proven distinct by the walk
-        wanted = (unique(schedules) if unique is not None
-                  else {s.deployment_id for s in schedules})
-    distinct = wanted is None or len(wanted) == len(schedules)
-    if live_count is not None and found_live == live_count and distinct:
-        return planned  # every live Schedule was given: none to delete
-    if wanted is None:
-        wanted = {s.deployment_id for s in schedules}
-    for record in live:
-        if record.deployment_id in wanted:
-            continue
-        stored = known(record.deployment_id)
-        if stored is None:
-            continue
-        deleted = decide_delete(stored[1], now=now, actor=actor)
-        if deleted is not None:
-            planned.append(PlannedWrite(record.deployment_id, stored[0], deleted))
-    return planned
+    return _Decided(planned, refused, enabling, disabled, found_live, in_order)
+
+
+def _over_capacity(planned: list[PlannedWrite], known: Known, room: int
+                   ) -> tuple[list[PlannedWrite], list[PlannedWrite]]:
+    """The changes kept and those refused: of the changes that enable a deployment not
+    stored enabled, the first ``room`` in the list's order are kept."""
+    kept: list[PlannedWrite] = []
+    over: list[PlannedWrite] = []
+    for write in planned:
+        stored = known(write.deployment_id)
+        was = stored is not None and stored[1].enabled and not stored[1].deleted
+        if write.event.schedule.enabled and not was:
+            if room <= 0:
+                over.append(write)
+                continue
+            room -= 1
+        kept.append(write)
+    return kept, over

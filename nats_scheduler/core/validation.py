@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from ..seam import EnqueueRequest, InvalidSchedule, Schedule, Trigger
@@ -121,21 +122,23 @@ def check_hold_end(until: datetime | None, now: datetime) -> None:
 
 
 def check_schedule(schedule: Schedule) -> None:
-    """InvalidSchedule unless the Schedule's ID, texts, cron and time zone can be stored."""
+    """InvalidSchedule unless the Schedule's ID, texts, cron and time zone can be stored (the
+    seam's types check each field's type when the Schedule is built)."""
     check_deployment_id(schedule.deployment_id)
     texts = {"name": schedule.name, "cron": schedule.cron, "timezone": schedule.timezone,
              "target": schedule.payload.target, "prompt": schedule.payload.prompt}
     for what, value in texts.items():
         problem = text_problem(value)
         if problem is not None:
-            raise InvalidSchedule(
-                f"schedule of deployment {schedule.deployment_id!r} is invalid: "
-                f"its {what} {problem}"
-            )
+            raise _invalid(schedule, f"its {what} {problem}")
     problem = _calendar_problem(schedule.cron, schedule.timezone)
     if problem is not None:
-        raise InvalidSchedule(
-            f"schedule of deployment {schedule.deployment_id!r} is invalid: {problem}")
+        raise _invalid(schedule, problem)
+
+
+def _invalid(schedule: Schedule, problem: str) -> InvalidSchedule:
+    return InvalidSchedule(f"schedule of deployment {schedule.deployment_id!r} is invalid: "
+                           f"{problem}")
 
 
 @functools.lru_cache(maxsize=16_384)
@@ -181,22 +184,24 @@ def surely_fits(schedule: Schedule, actor: str, limit: int) -> bool:
     return SCHEDULE_EVENT_FRAME_BYTES + MAX_BYTES_PER_CHAR * chars <= limit
 
 
+class ScheduleTooLarge(InvalidSchedule):
+    """An InvalidSchedule whose event would not fit: ``reconcile`` counts it apart
+    (``too_large``) from a definition that cannot be stored (``invalid``)."""
+
+
 def check_schedule_size(deployment_id: str, event_bytes: int, limit: int) -> None:
-    """InvalidSchedule when a Schedule's event is larger than ``limit`` bytes."""
+    """ScheduleTooLarge when a Schedule's event is larger than ``limit`` bytes."""
     if event_bytes > limit:
-        raise InvalidSchedule(
+        raise ScheduleTooLarge(
             f"schedule of deployment {deployment_id!r} is too large "
             f"(target and prompt must stay under {limit // 1024} KiB)"
         )
 
 
-def check_unique(schedules: list[Schedule]) -> set[str]:
-    """Each deployment given once; returns the deployment IDs (reconcile's first check;
-    each Schedule's own is :func:`check_schedule`)."""
-    given = {s.deployment_id for s in schedules}
-    if len(given) != len(schedules):
-        raise InvalidSchedule("reconcile was given the same deployment more than once")
-    return given
+def deployment_ids(schedules: Sequence[Schedule]) -> set[str]:
+    """The deployments a reconcile's list gives (fewer than the list when one is given
+    twice: that deployment is refused, ``core/refusals.py``)."""
+    return {s.deployment_id for s in schedules}
 
 
 def check_enqueue(request: EnqueueRequest, reason: str | None) -> None:

@@ -109,6 +109,11 @@ SCHEDULES = InstrumentSpec(
     "astrabox.scheduler.schedules", "updowncounter", "{schedule}",
     "Schedules by state as this process's table holds them: active (firing), held, disabled",
     ("state",))
+SCHEDULES_REFUSED = InstrumentSpec(
+    "astrabox.scheduler.schedules.refused", "updowncounter", "{schedule}",
+    "Schedules this process's reconcile refused and that still stand refused (each keeps "
+    "its stored definition), by kind: invalid, too_large, capacity, duplicate (alert on "
+    "any)", ("kind",))
 RUNS_IN_FLIGHT = InstrumentSpec(
     "astrabox.scheduler.runs.in_flight", "updowncounter", "{run}",
     "Runs this process holds the lease of right now")
@@ -139,7 +144,8 @@ CLOCK_OFFSET = InstrumentSpec(
 
 INSTRUMENTS = (FIRE_LATENESS, RUNS_CREATED, RUNS_DISPATCHED, RUNS_FAILED, DISPATCH_ATTEMPTS,
                DISPATCH_RETRIES, TAKEOVERS, STALE_FIRE_READS, STALE_SCHEDULE_COPIES,
-               STORE_ERRORS, EVENTS_SKIPPED, SCHEDULES, RUNS_IN_FLIGHT, AUTO_HOLDS,
+               STORE_ERRORS, EVENTS_SKIPPED, SCHEDULES, SCHEDULES_REFUSED, RUNS_IN_FLIGHT,
+               AUTO_HOLDS,
                HOLDS_ENDED, CLOCK_OFFSET, DUE_SKIPPED, DUE_UNEXPLAINED)
 """Every instrument the provider exports (docs/operations.md lists the same)."""
 
@@ -178,6 +184,8 @@ class Snapshot:
     holds_ended: int = 0
     recent_lateness: dict[str, list[float]] = field(default_factory=dict)
     """The latest :data:`RECENT_LATENESS` firings' lateness per stage, oldest first."""
+    schedules_refused: dict[str, int] = field(default_factory=dict)
+    """Schedules refused by a reconcile and still standing, by kind."""
 
 
 def _version() -> str:
@@ -221,6 +229,7 @@ class Metrics:
         self._lateness: dict[str, deque[float]] = {
             stage: deque(maxlen=LATENESS_WINDOW) for stage in ("stored", "started")}
         self._schedules: Counter[str] = Counter()
+        self._refused: Counter[str] = Counter()
         self._in_flight = 0
         self._live = True
 
@@ -295,6 +304,13 @@ class Metrics:
         """This host's clock minus the store's, as the newest estimate has it."""
         self._offset.set(seconds)
 
+    def schedules_refused(self, kind: str, delta: int) -> None:
+        """``delta`` more (or fewer) Schedules stand refused for ``kind``."""
+        if not self._live or not delta:
+            return
+        self._refused[kind] += delta
+        self._gauges[SCHEDULES_REFUSED.name].add(delta, {"kind": kind})
+
     def in_flight(self, delta: int) -> None:
         """This process took (+1) or gave up (-1) the lease of a Run."""
         if not self._live:
@@ -343,6 +359,9 @@ class Metrics:
         for state, count in self._schedules.items():
             self._gauges[SCHEDULES.name].add(-count, {"state": state})
         self._schedules.clear()
+        for kind, count in self._refused.items():
+            self._gauges[SCHEDULES_REFUSED.name].add(-count, {"kind": kind})
+        self._refused.clear()
         self._gauges[RUNS_IN_FLIGHT.name].add(-self._in_flight)
         self._in_flight = 0
         self._live = False
@@ -380,6 +399,7 @@ class Metrics:
             recent_lateness={stage: [round(x, 4) for x in itertools.islice(
                 samples, max(0, len(samples) - RECENT_LATENESS), None)]
                 for stage, samples in self._lateness.items() if samples},
+            schedules_refused={kind: n for kind, n in self._refused.items() if n},
         )
 
 

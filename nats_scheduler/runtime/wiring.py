@@ -65,6 +65,7 @@ from .memory import release_freed_memory
 from .metrics import Metrics
 from .outage_watch import OutageWatch
 from .readiness import Readiness, subscribe_patiently, until_caught_up
+from .refusals import Refusals
 from .retention import Retention
 from .ticker import Dues, FireObserver, Ticker
 
@@ -152,6 +153,8 @@ class Runtime:
             ports.checkpoints, table, position=self._schedules_position,
             ready=lambda: self.ready, owns=self.membership.owns, clock=clock,
             identity=identity)
+        self.refusals = Refusals(table, self.metrics, identity)
+        """The Schedules this process's reconciles refused (``replica.status``, explain)."""
         self.due_watch = DueWatch(table, ledger, self.history, clock, self.metrics,
                                   owns=self.membership.owns_due)
         """The due times that passed without a Run, counted once a minute (metrics)."""
