@@ -219,6 +219,12 @@ class ReplicaView(msgspec.Struct, frozen=True, kw_only=True):
     than the field."""
     server_offset_error: float | None = None
     """How far ``server_offset`` may be off (half the measuring round trip)."""
+    admin_service: str | None = None
+    """What its key in the replicas bucket says: "serving", or why it does not serve the
+    admin service (``core/serving.py``); None when it does not say (an older version)."""
+    answered: bool = True
+    """Whether it answered ``replica.status`` (the figures above are its own); False: known
+    only from its key in the replicas bucket (it fires, but serves no admin service)."""
 
 
 class LeaseView(msgspec.Struct, frozen=True, kw_only=True):

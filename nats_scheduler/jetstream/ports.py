@@ -21,6 +21,7 @@ from .checkpoints import Checkpoints
 from .connection import connect
 from .history_reads import PagedHistory
 from .leases import Leases
+from .permissions import ViolationLog
 from .presence import JetStreamReplicas
 from .runlog import RunLog
 from .schedulelog import ScheduleLog
@@ -76,7 +77,9 @@ async def open_store(settings: NatsSettings, identity: str, *,
     bucket (``SchedulerUnavailable``, ``SchedulerConfigurationError``). ``before_ensure``
     reads the store as it was before this process changed anything (the outage record's
     last writes)."""
-    store = Store(await connect(settings, identity), settings, count_error=count_error)
+    violations = ViolationLog()  # the admin service, if it serves here, checks with it
+    store = Store(await connect(settings, identity, error_cb=violations.on_error), settings,
+                  count_error=count_error, violations=violations)
     try:
         await store.check_server()
         if before_ensure is not None:

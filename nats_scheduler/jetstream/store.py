@@ -40,6 +40,7 @@ from .direct import Answer, Request, reader_of
 from .direct_batch import DIRECT_GET_TIMEOUT, direct_batch_once
 from .errors import Conflict
 from .event_store import StoredMessage
+from .permissions import ViolationLog
 from .retry import Retrier
 
 log = logging.getLogger(__name__)
@@ -65,8 +66,12 @@ class Store:
     """
 
     def __init__(self, nc: Client, settings: NatsSettings, *,
-                 count_error: Callable[[str], None] | None = None) -> None:
+                 count_error: Callable[[str], None] | None = None,
+                 violations: ViolationLog | None = None) -> None:
         self.nc = nc
+        self.violations = violations
+        """The server's permission refusals on ``nc``, when its connect recorded them
+        (``open_store`` does: the admin service checks its subscriptions with it)."""
         self.js: JetStreamContext = nc.jetstream(timeout=2.0)
         self.acks = AckedPublisher(nc, timeout=2.0, atomic_min=(
             ATOMIC_MIN_SYNC_ALWAYS if settings.server_sync_always else ATOMIC_MIN))

@@ -23,11 +23,13 @@ import asyncio
 import contextlib
 import itertools
 import logging
+from collections.abc import Callable
 from datetime import datetime
 
 from ..clock import Clock, ServerClock
 from ..core.ownership import owner, owner_key
 from ..core.serverclock import Sample
+from ..core.serving import Serving
 from ..ports.replicas import Members, RegistryRefused, ReplicaRegistry
 from ..tasks import cancel_and_wait
 from .metrics import Metrics
@@ -48,8 +50,11 @@ class Membership:
     """The live replicas as this one sees them, once :meth:`join` has run."""
 
     def __init__(self, replicas: ReplicaRegistry, identity: str, clock: Clock,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, *, serving: Callable[[], Serving] | None = None) -> None:
         self._replicas = replicas
+        self._serving = serving
+        """Whether this replica serves the admin service: its key says so at each beat, so
+        ``status`` counts it even when the server refuses the service."""
         self._identity = identity
         self._clock = clock
         self._metrics = metrics
@@ -85,7 +90,7 @@ class Membership:
         try:
             async with asyncio.timeout(JOIN_SECONDS):
                 presence = await self._replicas.open(
-                    self._identity, clock=clock,
+                    self._identity, clock=clock, serving=self._serving,
                     **({"on_sample": self._observe, "wall": clock.wall_seconds}
                        if isinstance(clock, ServerClock) else {}))
                 await presence.start()

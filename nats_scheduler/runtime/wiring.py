@@ -39,6 +39,7 @@ from opentelemetry.metrics import MeterProvider
 from ..clock import Clock, ServerClock, sleep_for
 from ..core.events import ScheduleRecord
 from ..core.runcore import RetryPolicy
+from ..core.serving import Serving
 from ..jetstream.outages import OutageLog
 from ..jetstream.ports import JetStreamPorts, open_store
 from ..jetstream.store import Store
@@ -92,6 +93,9 @@ PortsFactory = Callable[[Ledger, ScheduleTable, Clock, str], Awaitable[StorePort
 class Service(Protocol):
     """A service the runtime runs beside its loops (the admin service)."""
 
+    serving: Serving
+    """After ``start``: whether it serves, or why not (the server refused it, say)."""
+
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
@@ -121,7 +125,9 @@ class Runtime:
         self._clock = clock
         self._identity = identity
         self.freshness = Freshness(self.schedules, self._schedules_position, clock)
-        self.membership = Membership(ports.replicas, identity, clock, self.metrics)
+        self.membership = Membership(ports.replicas, identity, clock, self.metrics,
+                                     serving=self.serving)
+        self._no_admin = Serving.STARTING  # why no admin service runs here, while none does
         self.outages = outages
         """The outage this start ends, recorded once the replica joined (at most one write);
         None where the store records no outages (the in-memory store of the simulation)."""
@@ -403,13 +409,27 @@ class Runtime:
         """
         previous, self.admin = self.admin, None
         if previous is not None:
+            self._no_admin = Serving.STOPPED
             await previous.stop()
-        await service.start()
+        try:
+            await service.start()
+        except BaseException:
+            self._no_admin = Serving.FAILED
+            raise
         self.admin = service
+
+    def not_serving(self, why: Serving) -> None:
+        """Say in this replica's key why it runs no admin service (``status`` shows it)."""
+        self._no_admin = why
+
+    def serving(self) -> Serving:
+        """Whether this replica serves the admin service now, or why not (its key says it)."""
+        return self.admin.serving if self.admin is not None else self._no_admin
 
     async def stop(self, drain_seconds: float) -> None:
         """Stop the admin service, stop firing, drain handler calls (bounded), close the rest."""
         admin, self.admin = self.admin, None
+        self._no_admin = Serving.STOPPED
         if admin is not None:
             # Unsubscribing waits for the server; with the server gone it would hold the
             # whole stop, and closing the connection below ends the subscriptions anyway.
