@@ -233,11 +233,20 @@ class Presence:
         except Exception:
             log.debug("presence: could not %s while stopping", what, exc_info=True)
 
+    def _word(self) -> str | None:
+        return None if self._serving is None else str(self._serving())
+
     async def _beat(self) -> None:
+        """Put our key; at once again if whether we serve changed during the put (the
+        admin service started or was refused meanwhile: the key must not keep the old word)."""
+        if await self._put() != self._word():
+            await self._put()
+
+    async def _put(self) -> str | None:
+        """Put our key once; the ``admin_service`` word it carried."""
+        word = self._word()
         value = PresenceValue(identity=self.identity, started_at=self._started_at,
-                              beat_at=self._clock.now(),
-                              admin_service=None if self._serving is None
-                              else str(self._serving()))
+                              beat_at=self._clock.now(), admin_service=word)
         sent, wall_sent = self._elapsed(), self._wall()
         revision = await self._kv.put(self._key, _encode(value))
         timing = (sent, self._elapsed(), wall_sent, self._wall())
@@ -246,6 +255,7 @@ class Presence:
             self._sample(timing, stamp)
         else:
             _bounded_put(self._timings, revision, timing)
+        return word
 
     def _stamped(self, entry: KeyValue.Entry) -> None:
         """Our own put seen by the watch: with its timings, one sample of the server's clock."""
@@ -267,6 +277,15 @@ class Presence:
                                    wall_acked=wall_acked))
         except Exception:
             log.debug("presence: a clock sample was refused", exc_info=True)
+
+    async def announce(self) -> None:
+        """Put our key now (its ``admin_service`` word changed); the next beat if it fails."""
+        if not self._joined or self._stopping:
+            return
+        try:
+            await asyncio.wait_for(self._beat(), max(self.beat_seconds, MAX_ROUND_TRIP))
+        except Exception:
+            log.debug("presence: announcing %s failed", self.identity, exc_info=True)
 
     async def _beat_forever(self) -> None:
         """Re-put our key every beat; a missed beat is only logged (the next one may land)."""

@@ -100,6 +100,11 @@ class MemoryMembers:
                 self._store.replica_changed(self.identity, None)
         self._seen.clear()
 
+    async def announce(self) -> None:
+        if self._joined:
+            with contextlib.suppress(Exception):
+                await self._beat()
+
     def live(self) -> tuple[str, ...]:
         newest, window = self._newest, WINDOW_BEATS * self.beat_seconds
         return tuple(sorted({self.identity,

@@ -51,6 +51,11 @@ class Members(Protocol):
         """Sorted identities of the live replicas, always including this one."""
         ...
 
+    async def announce(self) -> None:
+        """Put this replica's record now, not at the next beat (whether it serves the admin
+        service changed). Bounded; a failure is only logged (the next beat carries it)."""
+        ...
+
 
 class ReplicaRegistry(Protocol):
     """Where replicas announce themselves."""

@@ -411,12 +411,12 @@ class Runtime:
         if previous is not None:
             self._no_admin = Serving.STOPPED
             await previous.stop()
+        self._no_admin = Serving.FAILED  # unless it starts
         try:
             await service.start()
-        except BaseException:
-            self._no_admin = Serving.FAILED
-            raise
-        self.admin = service
+            self.admin = service
+        finally:  # its key says so now, not a beat later (a replacement said "stopped")
+            await self.membership.announce()
 
     def not_serving(self, why: Serving) -> None:
         """Say in this replica's key why it runs no admin service (``status`` shows it)."""
