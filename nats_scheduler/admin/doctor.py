@@ -193,7 +193,7 @@ async def _replica_clocks(probe: ServerProbe, names: Names) -> _Offsets | str:
     if isinstance(answers, NoAnswer):
         if answers.why == Unanswered.REFUSED:
             return "this user may not ask the replicas (admin replica.status)"
-        return "no scheduler process is running"
+        return "no scheduler process answered (the admin service check says which are alive)"
     found = _Offsets(measured={}, unmeasured=[])
     for data in answers:
         try:
