@@ -130,6 +130,8 @@ async def test_a_replica_without_the_service_login_fires_and_is_never_invisible(
             row = next(line for line in out.splitlines() if line.startswith(f"  {identity} "))
             assert row.split()[1] == "no", row
             assert f"{identity}: serves no actions: refused by the server" in out
+            code, out, err = await run_cli(server, "auditor", "status")  # read-only reads it
+            assert code == 0 and "replicas alive: 1 (0 serve actions)" in out, (out, err)
 
             # an action says replicas are alive but none serves, and why (exit 4)
             code, out, err = await run_cli(server, "operator", "hold", "dep-a", "--by",
@@ -263,12 +265,14 @@ def test_the_live_replicas_are_judged_by_the_servers_stamps_only() -> None:
               _stored("dead", _value("dead", "serving"), 5.0),  # 5 s before the newest
               _stored("gone", b"", 9.9, deleted=True),
               _stored("old", _value("old"), 9.0),
-              _stored("hand-written", b"{}", 9.5)]
+              _stored("hand-written", b"{}", 9.5),
+              _stored("typed", b'{"identity": 5, "admin_service": [1]}', 9.6)]
     assert live_replicas(stored, NAMES) == [
         LiveReplica("a", datetime(2030, 1, 1, tzinfo=UTC), "serving"),
         LiveReplica("b", datetime(2030, 1, 1, tzinfo=UTC), "refused"),
         LiveReplica("hand-written", None, None),
-        LiveReplica("old", datetime(2030, 1, 1, tzinfo=UTC), None)]
+        LiveReplica("old", datetime(2030, 1, 1, tzinfo=UTC), None),
+        LiveReplica("typed", None, None)]
     assert live_replicas([], NAMES) == []
 
 
@@ -309,6 +313,7 @@ def test_an_action_says_why_nobody_serves_it() -> None:
     for word in Serving:
         assert_clean(_without_settings(why_not(word)))
     assert why_not("from-the-future") == "it says 'from-the-future'"
+    assert len(why_not("x" * 100_000)) < 60  # a hostile key cannot swamp a line
 
 
 def test_the_doctors_admin_service_check() -> None:

@@ -38,12 +38,17 @@ WHY_NOT = {
 """Why a replica that did not answer serves no admin service, by the word in its key."""
 
 
+SHOWN_WORD = 40
+"""Characters of a word this version does not know that are shown (a key is anyone's who
+may write the bucket: a long one must not swamp a status line)."""
+
+
 def why_not(word: str | None) -> str:
     """Why a replica whose key holds ``word`` did not answer the admin service."""
     known = serving_of(word)
     if known is None:
         return ("it does not say (a version from before it did)" if word is None
-                else f"it says {word!r}")
+                else f"it says {word[:SHOWN_WORD]!r}")
     return WHY_NOT[known]
 
 
