@@ -32,6 +32,8 @@ EXIT_INTERNAL = 1
 EXIT_INVALID = 2
 EXIT_NOT_FOUND = 3
 EXIT_UNAVAILABLE = 4
+"""No server; or an action while no scheduler process runs, or while every live one serves
+no actions (the message tells the two apart: admin/serving.py)."""
 EXIT_FORBIDDEN = 5
 EXIT_CONFLICT = 6
 EXIT_UNHEALTHY = 7

@@ -33,6 +33,7 @@ from .core.events import (
     ScheduleEventType,
     ScheduleRecord,
 )
+from .core.serving import Serving
 from .jetstream.ports import JetStreamPorts
 from .jetstream.store import Store
 from .ports.runs import RunJournal
@@ -200,6 +201,8 @@ class NatsSchedulerProvider:
         self._started = True
         if settings.admin_service:
             await self._serve_admin(self._running)
+        else:
+            self._running.not_serving(Serving.OFF)
         self._running.start_loops()  # last: the Schedules' load must not delay the above
         log.info("%s (identity %s)", self.describe(), self._identity)
 

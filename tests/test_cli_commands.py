@@ -22,11 +22,13 @@ import pytest
 from nats_scheduler.admin.service import AdminService, start_admin_service
 from nats_scheduler.cli.main import main
 from nats_scheduler.command_line import default_actor
+from nats_scheduler.jetstream.replica_reads import read_live_replicas
+from nats_scheduler.names import Names
 from nats_scheduler.provider import NatsSchedulerProvider
 from nats_scheduler.seam import RunPayload, Schedule
 from nats_scheduler.testing.handler import RecordingRunHandler
 from tests.harness.servers import unique_prefix
-from tests.providers import assert_clean, running
+from tests.providers import assert_clean, eventually, running
 
 pytestmark = pytest.mark.anyio
 
@@ -159,14 +161,27 @@ async def test_events_status_and_doctor(cli: Cli) -> None:
     assert {"name", "status", "detail"} <= set(doctor["checks"][0])
 
 
-async def test_without_a_scheduler_process_reads_work_and_actions_say_why(cli: Cli) -> None:
+async def test_without_a_serving_process_reads_work_and_actions_say_why(cli: Cli) -> None:
+    """The admin service stopped, the process goes on: reads come from the store, the
+    replica is counted alive but serving nothing, and an action says so (not "no scheduler
+    process is running": one is)."""
     await cli.service.stop()
+    names = Names(cli.prefix)
+
+    async def says_stopped() -> bool:  # its next beat carries the word
+        live = await read_live_replicas(cli.provider.store.nc, names)
+        return [r.admin_service for r in live] == ["stopped"]
+
+    await eventually(says_stopped, timeout=10)
     code, out, _ = await cli.run("schedules")
     assert code == 0 and "berlin-daily" in out and "read from the store" in out
     code, out, _ = await cli.run("status")
-    assert code == 0 and "replicas alive: 0" in out
+    assert code == 0 and "replicas alive: 1 (0 serve actions)" in out
+    assert f"{cli.provider.identity}: serves no actions: stopped while the process" in out
     code, _, err = await cli.run("run-now", "tokyo")
-    assert code == 4 and "no scheduler process is running" in err
+    assert code == 4 and ("1 scheduler replica is alive but none serves actions: stopped "
+                          "while the process goes on") in err, err
+    assert "no scheduler process is running" not in err
     assert_clean(err)
 
 
@@ -268,12 +283,13 @@ def test_status_text_shows_the_retention_and_every_replica_figure() -> None:
         "store: reachable, server 2.15.1, replicas 1, leader n1, 9 schedule events, "
         "12 run events",
         "history retention: 7.5 days, newest 250 Runs per deployment",
-        "replicas alive: 2",
-        "  IDENTITY  STARTED               CLOCK VS STORE  IN FLIGHT  PLANNED  RUNS  FAILED  "
-        "LATE P99 STORED/STARTED",
-        "  r-1       2026-03-28 12:00:00Z  -0.012s         1          6        42    1       "
-        "4ms/1.2s",
-        "  r-old     2026-03-28 12:00:00Z  -               0          0        -     -       -",
+        "replicas alive: 2 (2 serve actions)",
+        "  IDENTITY  ACTIONS  STARTED               CLOCK VS STORE  IN FLIGHT  PLANNED  RUNS  "
+        "FAILED  LATE P99 STORED/STARTED",
+        "  r-1       yes      2026-03-28 12:00:00Z  -0.012s         1          6        42    "
+        "1       4ms/1.2s",
+        "  r-old     yes      2026-03-28 12:00:00Z  -               0          0        -     "
+        "-       -",
         "figures since each replica started:",
         "  r-1: lateness p50/p99 stored 2ms/4ms (40 firings), started 9ms/1.2s (40 firings); "
         "Runs created 42 (run_now 2, schedule 40), dispatched 41 (run_now 2, schedule 39), "

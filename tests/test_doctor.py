@@ -8,6 +8,7 @@ against real servers: a plain one (sync_interval default), the production config
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
@@ -238,6 +239,11 @@ async def test_doctor_on_a_plain_server(nats_server: NatsServer) -> None:
         await provider.apply(Schedule("dep", "n", "0 3 1 1 *", "UTC", True, RunPayload("t", "p")))
         service = await start_admin_service(provider)
         try:
+            # joined, and its outage record decided (it creates the outage stream): the
+            # streams are what they stay, so "nothing written" is the doctor's to keep
+            await provider.until_ready()
+            assert provider.runtime is not None and provider.runtime.outages is not None
+            await asyncio.wait_for(provider.runtime.outages.decided.wait(), 30)
             nc = await connect_fast(nats_server.url)
             try:
                 before = await store_state(nc, prefix)

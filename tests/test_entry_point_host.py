@@ -197,8 +197,12 @@ async def test_with_the_setting_off_no_admin_service_answers(
         assert provider.runtime.admin is None  # type: ignore[attr-defined]
         with pytest.raises(nats.errors.NoRespondersError):
             await store.nc.request(f"{store.names.admin_prefix}.health", b"{}", timeout=2)
+        # the process is alive and says why it serves no actions (its key, from its join)
+        await provider.until_ready()  # type: ignore[attr-defined]
         code, _, err = await cli(capsys, "hold", DEP, "--by", "alice", "--reason", "x")
-        assert code == EXIT_UNAVAILABLE and "no scheduler process is running" in err
+        assert code == EXIT_UNAVAILABLE and (
+            "1 scheduler replica is alive but none serves actions: turned off "
+            "(ASTRABOX_NATS_ADMIN_SERVICE=0)") in err, err
         assert provider.schedules.get(DEP).hold is None  # type: ignore[attr-defined]
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from nats_scheduler.jetstream.history import RunHistory
 from nats_scheduler.jetstream.leases import Leases
-from nats_scheduler.runtime import wiring
+from nats_scheduler.runtime import warm_up
 from nats_scheduler.seam import EnqueueRequest, RunPayload, RunState, Schedule, Trigger
 from tests.harness.servers import unique_prefix
 from tests.providers import eventually, running
@@ -59,7 +59,7 @@ async def test_a_warm_up_whose_reads_failed_is_tried_again(
         return await latest(self, deployment_ids)
 
     monkeypatch.setattr(RunHistory, "latest", failing_once)
-    monkeypatch.setattr(wiring, "WARM_UP_RETRY_SECONDS", (0.05,), raising=False)
+    monkeypatch.setattr(warm_up, "WARM_UP_RETRY_SECONDS", (0.05,))
     async with running(nats_url, prefix) as fresh:
         assert fresh.runtime is not None
         await asyncio.wait_for(fresh.runtime.warmed.wait(), 30)

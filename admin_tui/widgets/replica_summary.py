@@ -2,6 +2,8 @@
 
 The same figures as its OpenTelemetry metrics (docs/operations.md, "Metrics"), counted since
 it started, so operators without a metrics pipeline see them; the table shows only a few.
+A process that serves no actions gives no figures: the line says why it does not serve
+(its key in the replicas bucket says it) and how to fix it.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from nats_scheduler.admin.api import ReplicaMetrics, ReplicaView
+from nats_scheduler.admin.serving import why_not
 
 from ..formatting import lateness
 from .replica_table import skew_text
@@ -34,6 +37,10 @@ def _lateness(metrics: ReplicaMetrics) -> str:
 def replica_text(replica: ReplicaView | None) -> Text:
     if replica is None:
         return Text("No provider process answered.", style="dim")
+    if not replica.answered:
+        return Text.assemble((replica.identity, "bold"), " serves no actions: ",
+                             (why_not(replica.admin_service), "bold red"),
+                             ".\nAlive (it beats), but it answers nothing: no figures.")
     text = Text.assemble((replica.identity, "bold"), " since it started")
     m = replica.metrics
     if m is None:

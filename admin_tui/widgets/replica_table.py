@@ -1,5 +1,8 @@
-"""The provider processes (replicas) that answered the admin service, with a few of the
-figures each publishes (the line under the table, ``replica_summary``, shows them all)."""
+"""The provider processes (replicas): every live one the replicas bucket lists, and a few of
+the figures of those that answer the admin service (the line under the table,
+``replica_summary``, shows them all). A process that serves no actions is marked in front of
+its name (``✗``: its key says why, shown under the table; ``?``: its key says it serves, but
+it did not answer), so the table of a healthy cluster is unchanged."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from datetime import datetime
 from rich.text import Text
 
 from nats_scheduler.admin.api import ReplicaMetrics, ReplicaView
+from nats_scheduler.admin.serving import serving_cell
 from nats_scheduler.admin.skew import offset_level, store_offsets
 
 from ..formatting import DASH, lateness, relative
@@ -62,6 +66,25 @@ def figure_cells(metrics: ReplicaMetrics | None) -> list[Text]:
     ]
 
 
+_MARKS = {"no": ("✗ ", "bold red"), "silent": ("? ", "yellow")}
+"""The mark in front of a process that serves no actions (``serving_cell``'s words)."""
+
+
+def process_cell(replica: ReplicaView) -> Text:
+    """Its name, marked in front when it serves no actions (an older version that does not
+    say and did not answer is marked as silent)."""
+    shown = serving_cell(replica.admin_service, answered=replica.answered)
+    mark = _MARKS.get("silent" if shown == "-" else shown)
+    if mark is None:
+        return Text(replica.identity, style="bold")
+    return Text.assemble(mark, (replica.identity, "bold"))
+
+
+def _count(replica: ReplicaView, value: int) -> Text:
+    """A count it answered, a dash when it did not answer."""
+    return Text(str(value)) if replica.answered else Text(DASH, style="dim")
+
+
 class ReplicaTable(KeyedTable):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(COLUMNS, **kwargs)
@@ -69,11 +92,11 @@ class ReplicaTable(KeyedTable):
     def show(self, replicas: Sequence[ReplicaView], now: datetime) -> None:
         skews = store_offsets(replicas)
         self.set_rows([(r.identity, [
-            Text(r.identity, style="bold"),
+            process_cell(r),
             Text(relative(r.started_at, now).replace(" ago", "")) if r.started_at
             else Text(DASH, style="dim"),
             skew_text(skews.get(r.identity)),
-            Text(str(r.in_flight_count)),
-            Text(str(r.schedules_planned)),
+            _count(r, r.in_flight_count),
+            _count(r, r.schedules_planned),
             *figure_cells(r.metrics),
         ]) for r in replicas])

@@ -20,6 +20,15 @@ def retention_text(store: StoreHealth) -> Text:
     return Text(f"{age} · {runs}")
 
 
+def processes_text(status: ClusterStatus) -> Text:
+    """``2``: every live process; ``2 · 1 acts`` when only one of them serves actions."""
+    alive = len(status.replicas)
+    serving = sum(1 for r in status.replicas if r.answered)
+    if serving == alive:
+        return Text(str(alive))
+    return Text.assemble(str(alive), " · ", (f"{serving} acts", "bold red"))
+
+
 def store_table(status: ClusterStatus) -> Table:
     store = status.store
     grid = Table.grid(padding=(0, 1))
@@ -33,7 +42,7 @@ def store_table(status: ClusterStatus) -> Table:
     if store.detail:
         grid.add_row("Detail", Text(store.detail, style="yellow"))
     grid.add_row("Retention", retention_text(store))
-    grid.add_row("Processes", str(len(status.replicas)))
+    grid.add_row("Processes", processes_text(status))
     grid.add_row("In flight", str(status.in_flight_count))
     grid.add_row("Leases", str(status.lease_count))
     return grid

@@ -231,6 +231,12 @@ class ReplicaView(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def refused_count(self) -> int:
         return _count(self.refused_total, self.refused)
+    admin_service: str | None = None
+    """What its key in the replicas bucket says: "serving", or why it does not serve the
+    admin service (``core/serving.py``); None when it does not say (an older version)."""
+    answered: bool = True
+    """Whether it answered ``replica.status`` (the figures above are its own); False: known
+    only from its key in the replicas bucket (it fires, but serves no admin service)."""
 
 
 class LeaseView(msgspec.Struct, frozen=True, kw_only=True):

@@ -3,7 +3,10 @@
 Requests go to the admin service (any provider process answers). When none answers (no
 process runs, or none within the timeout), read-only queries are answered from the store
 directly by :class:`~.reader.StoreReader`, and actions fail with ``unavailable``: an action
-must go through a provider so that it is validated and recorded like any other.
+must go through a provider so that it is validated and recorded like any other. When the
+replicas bucket shows live replicas that all say they do not serve the admin service (the
+server refuses them it, say), the action says so and why (``admin/serving.py``) instead of
+"no scheduler process is running".
 ``last_source`` says which of the two answered the latest read ("service" or "store").
 
 The event feed (``events``, ``recent_events``) is ``jetstream/event_feed.py``'s
@@ -36,6 +39,7 @@ from .account_reads import AccountReader
 from .health import HealthPolicy
 from .load import MAX_HOURS, LoadCounter
 from .reader import StoreReader, checked, guarded
+from .serving import none_serves
 
 __all__ = ["BULK_PAGE", "AdminClient", "EventFeed", "event_type", "merge_bulk", "type_matches"]
 
@@ -117,11 +121,18 @@ class AdminClient:
         try:
             return await self._call(endpoint, request, answer)
         except _NoService as exc:
+            why = await self._none_serves()
             raise api.AdminError(
                 api.ErrorCode.UNAVAILABLE,
-                f"{exc}; actions need a running scheduler process (Runs and history can "
-                "still be read)",
+                f"{why or exc}; actions need a running scheduler process (Runs and history "
+                "can still be read)",
             ) from None
+
+    async def _none_serves(self) -> str | None:
+        """Why no replica answered, when live replicas all say they do not serve (their
+        keys in the replicas bucket); None when none is alive or one may serve."""
+        live = await self.reader.live_replicas()
+        return none_serves([r.admin_service for r in live or []])
 
     # ------------------------------------------------------------------ Schedules
 
@@ -309,7 +320,8 @@ class AdminClient:
             await self._call("schedules.hold", None, api.ScheduleView,
                              timeout=min(self.timeout, 2.0))
         except _NoService as exc:
-            return False, f"{exc}: actions need a running scheduler process"
+            why = await self._none_serves()
+            return False, f"{why or exc}: actions need a running scheduler process"
         except api.AdminError as exc:
             if exc.code == api.ErrorCode.INVALID_REQUEST:
                 return True, None

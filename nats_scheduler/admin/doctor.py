@@ -3,7 +3,9 @@
 The provider's guarantees rest on the server (docs/configuration.md): a version with the
 conditional-publish fixes (2.12.3+), JetStream, the streams and bucket set up as the
 provider needs them, the history retention they enforce, replicas on a cluster,
-``sync_interval: always``, least-privilege users and hosts' clocks near the store's.
+``sync_interval: always``, least-privilege users, hosts' clocks near the store's, and live
+replicas that serve the admin service (a replica the server refuses it fires, but answers
+no action: its key in the replicas bucket says why).
 :func:`run_doctor` checks each and says what to do.
 
 The doctor talks to operators of NATS, so unlike the provider's errors (docs/contract.md,
@@ -37,11 +39,13 @@ from ..names import JS_API_INFO, Names
 from ..seam import SchedulerError
 from ..settings import NatsSettings
 from .doctor_checks import (
+    ADMIN_SERVICE_CHECK,
     CLOCK_CHECK,
     Check,
     DoctorReport,
     Status,
     Varz,
+    admin_service_check,
     clock_check,
     durability_check,
     herd_check,
@@ -54,11 +58,13 @@ from .doctor_checks import (
 from .reader import REPLICA_STATUS_ENDPOINT, StoreReader
 
 __all__ = [
+    "ADMIN_SERVICE_CHECK",
     "CLOCK_CHECK",
     "Check",
     "DoctorReport",
     "Status",
     "Varz",
+    "admin_service_check",
     "clock_check",
     "durability_check",
     "herd_check",
@@ -187,7 +193,7 @@ async def _replica_clocks(probe: ServerProbe, names: Names) -> _Offsets | str:
     if isinstance(answers, NoAnswer):
         if answers.why == Unanswered.REFUSED:
             return "this user may not ask the replicas (admin replica.status)"
-        return "no scheduler process is running"
+        return "no scheduler process answered (the admin service check says which are alive)"
     found = _Offsets(measured={}, unmeasured=[])
     for data in answers:
         try:
@@ -208,6 +214,15 @@ async def _clock(probe: ServerProbe, names: Names) -> tuple[Check, int | None]:
         return clock_check(None, reason=found), None
     return (clock_check(found.measured, found.unmeasured),
             len(found.measured) + len(found.unmeasured))
+
+
+async def _admin_service(probe: ServerProbe, names: Names) -> Check:
+    """Whether the live replicas serve the admin service, as their keys say."""
+    live = await StoreReader(probe.nc, names.prefix, timeout=_TIMEOUT).live_replicas()
+    if live is None:
+        return admin_service_check(None, f"the replicas bucket ({names.replicas_stream}) "
+                                   "could not be read: this user may not read it, or no answer")
+    return admin_service_check({r.identity: r.admin_service for r in live})
 
 
 async def _herd(probe: ServerProbe, settings: NatsSettings, replicas: int | None) -> Check:
@@ -245,6 +260,7 @@ async def run_doctor(settings: NatsSettings, *, monitor_url: str | None = None) 
         checks.append(permissions_check(await probe.capabilities(names)))
         clock, live = await _clock(probe, names)
         checks.append(clock)
+        checks.append(await _admin_service(probe, names))
         checks.append(await _herd(probe, settings, live))
         return DoctorReport(checks)
     finally:

@@ -14,10 +14,12 @@ from datetime import datetime
 from enum import StrEnum
 
 from ..core.herd import HERD_LATENESS_SECONDS, herd_capacity, replicas_needed
+from ..core.serving import Serving, serves, serving_of
 from ..jetstream.connection import MIN_SERVER_VERSION, parse_version
 from ..jetstream.store_reads import Retention
 from ..names import HDR_REQUEST_INFO
 from ..settings import NatsSettings
+from .serving import why_not
 from .skew import OFFSET_FAIL_SECONDS, OFFSET_WARN_SECONDS, offset_level
 
 _MIN = ".".join(map(str, MIN_SERVER_VERSION))
@@ -299,3 +301,37 @@ def herd_check(busiest: tuple[datetime | None, int], replicas: int | None) -> Ch
                      f"{shown}: run {replicas_needed(due)} replicas (one core each), or "
                      "spread the Schedules over more minutes")
     return Check("busiest minute", Status.OK, shown)
+
+
+ADMIN_SERVICE_CHECK = "admin service"
+
+_BENIGN = frozenset({Serving.YES, Serving.OFF, Serving.STARTING})
+"""Words that need no fix: serving, turned off on purpose (a host that serves it
+elsewhere), or about to start."""
+
+
+def admin_service_check(live: Mapping[str, str | None] | None, reason: str = "") -> Check:
+    """Whether the live replicas serve the admin service, as their keys in the replicas
+    bucket say (identity -> word, ``core/serving.py``; None: the bucket could not be read,
+    ``reason`` says why). FAIL when none serves (every action fails), WARN when some do
+    not for a reason that needs a fix (the server refused them it, say)."""
+    if live is None:
+        return Check(ADMIN_SERVICE_CHECK, Status.WARN, f"unknown: {reason or 'no answer'}")
+    if not live:
+        return Check(ADMIN_SERVICE_CHECK, Status.WARN,
+                     "unknown: no scheduler replica is alive (none in the replicas bucket)")
+    apart = {i: w for i, w in sorted(live.items()) if serves(w) is not True}
+    serving = len(live) - len(apart)
+    shown = f"{serving} of {len(live)} live replica(s) serve it"
+    if not apart:
+        return Check(ADMIN_SERVICE_CHECK, Status.OK, shown)
+    listed = [f"{i}: {why_not(w)}" for i, w in list(apart.items())[:5]]
+    more = f"; and {len(apart) - 5} more" if len(apart) > 5 else ""
+    detail = f"{shown}; {'; '.join(listed)}{more}"
+    if not serving and all(serves(w) is False for w in apart.values()):
+        return Check(ADMIN_SERVICE_CHECK, Status.FAIL,
+                     f"no live replica serves it: actions (hold, release, Run now, Replay) "
+                     f"fail. {detail}")
+    if any(serving_of(w) not in _BENIGN for w in apart.values()):
+        return Check(ADMIN_SERVICE_CHECK, Status.WARN, detail)
+    return Check(ADMIN_SERVICE_CHECK, Status.OK, detail)

@@ -7,7 +7,9 @@ Run the last message of ``<P>.run.*.<run>``. The answers are built by the same f
 the admin service's (views.py, health.py), so they look the same.
 
 The admin service also uses this module for what no single process knows: the live replicas
-(a scatter-gather request every replica answers), the leases and the store's health.
+(every key of the replicas bucket, with what each replica that serves the admin service
+answers to a scatter-gather request), the leases and the store's health. The bucket counts
+the replicas the server refuses the admin service: they fire, and answer nothing.
 
 Reading everything (``list_schedules`` with last-Run columns, ``health``) costs one message
 per Run of the whole history; that is acceptable for a fallback and for a console refresh
@@ -29,11 +31,13 @@ import msgspec
 
 from ..clock import Clock, SystemClock
 from ..core.events import RunRecord, ScheduleRecord
+from ..core.serving import Serving
 from ..jetstream.connection import Connection, server_version
 from ..jetstream.errors import is_engine_failure
 from ..jetstream.foreign import ForeignMessage, lease_value_on, schedule_event_on
 from ..jetstream.history_reads import PagedHistory
 from ..jetstream.leases import LeaseValue
+from ..jetstream.replica_reads import LiveReplica, read_live_replicas
 from ..jetstream.runlog import RunLog
 from ..jetstream.store import Store
 from ..jetstream.store_reads import (
@@ -230,14 +234,26 @@ class StoreReader:
         return sorted(views, key=lambda v: v.run_id)
 
     async def replicas(self, timeout: float = 1.0) -> list[ReplicaView]:
-        """Every live replica's own view (identity, clock, in-flight Runs)."""
+        """Every live replica: those the replicas bucket lists, and each one's own view
+        (clock, in-flight Runs, figures) when it answered ``replica.status``."""
         subject = self.names.admin_subject(REPLICA_STATUS_ENDPOINT)
         answers = await guarded("replicas", lambda: gather(self.nc, subject, timeout=timeout))
         found = []
         for data in answers:
             with contextlib.suppress(msgspec.DecodeError):
                 found.append(msgspec.json.decode(data, type=ReplicaView))
-        return sorted(found, key=lambda r: r.identity)
+        return with_live(found, await self.live_replicas())
+
+    async def live_replicas(self) -> list[LiveReplica] | None:
+        """Every live replica as the replicas bucket says, answering or not; None when this
+        user may not read it (or the store did not answer): then only answers count."""
+        try:
+            return await read_live_replicas(self.nc, self.names,
+                                            timeout=min(self.timeout, 2.0))
+        except Exception as exc:
+            if isinstance(exc, SchedulerError) or is_engine_failure(exc):
+                return None
+            raise
 
     async def store_health(self) -> StoreHealth:
         """Reachability, server version, replicas and leader of the Run events, and the
@@ -291,6 +307,19 @@ def checked(value: str, what: str) -> str:
     except (ValueError, TypeError) as exc:
         raise AdminError(ErrorCode.INVALID_REQUEST, f"{what} is not usable: {exc}") from None
     return value
+
+
+def with_live(answered: list[ReplicaView], live: list[LiveReplica] | None
+              ) -> list[ReplicaView]:
+    """The replicas that answered (they serve) and the live ones that did not (their key
+    says why not), sorted by identity; ``live`` None: the answers alone."""
+    views = {r.identity: msgspec.structs.replace(r, admin_service=Serving.YES.value)
+             for r in answered}
+    for replica in live or []:
+        views.setdefault(replica.identity, ReplicaView(
+            identity=replica.identity, started_at=replica.started_at,
+            admin_service=replica.admin_service, answered=False))
+    return sorted(views.values(), key=lambda r: r.identity)
 
 
 def lease_expiries(leases: dict[str, LeaseValue]) -> dict[str, datetime]:

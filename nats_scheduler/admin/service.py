@@ -24,9 +24,13 @@ connection and records the names the client gives.
 The provider serves it: ``start()`` starts one after its loops run and ``stop()`` stops it
 first, in every process AstraBox loads the provider into (so the console and
 ``nats-scheduler`` actions work with no extra process), unless
-``ASTRABOX_NATS_ADMIN_SERVICE=0``. :func:`start_admin_service` replaces a started provider's
-service with one of other options (tests pass a clock or a health policy); there is never
-more than one per process, or ``replica.status`` would count it twice.
+``ASTRABOX_NATS_ADMIN_SERVICE=0``. When the server refuses the service's subscriptions (a
+replica without the service login on the shipped config), ``start()`` logs an ERROR naming
+the setting and the replica goes on firing without serving (``serving`` says why; its key in
+the replicas bucket too, so ``status`` still counts it). :func:`start_admin_service`
+replaces a started provider's service with one of other options (tests pass a clock or a
+health policy); there is never more than one per process, or ``replica.status`` would count
+it twice.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ import msgspec
 from ..clock import Clock, SystemClock
 from ..core.events import Caller, ScheduleRecord
 from ..core.refusals import Refusal
+from ..core.serving import Serving
 from ..jetstream.admin_transport import AdminReply, AdminRequest, Endpoint, ServiceBinding
 from ..names import SERVICE_NAME
 from ..seam import EnqueueRequest, Trigger
@@ -81,13 +86,14 @@ from .bounded import (
     reply_budget,
 )
 from .bulk import change_matching
-from .callers import proven_caller, stated, who_text
+from .callers import proven_caller, requester, stated, who_text
 from .health import HealthPolicy, build_health
 from .herd_watch import BusiestMinute
 from .host import AdminHost
 from .load import LoadCounter
 from .reader import REPLICA_STATUS_ENDPOINT, StoreReader, lease_expiries
 from .service_errors import error_body, error_headers, optional_reason, required, to_admin_error
+from .serving import refused_at_start
 from .views import probe_limit, run_list, schedule_detail, schedule_page, schedule_view
 
 log = logging.getLogger(__name__)
@@ -130,6 +136,8 @@ class AdminService:
         self._service: ServiceBinding | None = None
         self._busiest = BusiestMinute()
         self._load = LoadCounter()
+        self.serving = Serving.STARTING
+        """Whether it serves once started, or why not (this replica's key says it)."""
 
     @property
     def _clock_now(self) -> datetime:
@@ -180,6 +188,7 @@ class AdminService:
             metadata={"prefix": self.names.prefix, "identity": identity,
                       # what an action records as who acted (`nats micro info` shows it)
                       "callers": "authenticated" if login is not None else "stated"},
+            violations=self.provider.store.violations,
         )
         for endpoint, (kind, handler) in self.endpoints().items():
             await self.service.add_endpoint(
@@ -192,13 +201,25 @@ class AdminService:
             self._wrap(_Empty, self.replica_status, gated=False),
             queue_group=f"replica-{self.service.id}",
         )
-        await self.service.ready()
+        subscriptions = await self.service.ready()
+        if not subscriptions.accepted:  # the server dropped them: nobody is served here
+            log.error("%s", refused_at_start(self.names.prefix, identity,
+                                             own_login=login is not None))
+            await self.stop()
+            self.serving = Serving.LOGIN_REFUSED if login is not None else Serving.REFUSED
+            return
+        if subscriptions.discovery_refused:
+            log.warning("the server refused the admin service's discovery (nats micro "
+                        "list/info do not show replica %s); its requests are served", identity)
+        self.serving = Serving.YES
         self.started_at = self._clock_now
         log.info("admin service for prefix %s started (%s)", self.names.prefix, identity)
 
     async def stop(self) -> None:
         """Stop serving (and close the service's own connection); never fails a shutdown."""
         service, self._service = self._service, None
+        if self.serving == Serving.YES:
+            self.serving = Serving.STOPPED
         if service is not None:
             await service.stop()
 
@@ -349,13 +370,13 @@ class AdminService:
         return record if record is not None else RunView.from_run(run)
 
     async def run_now(self, req: RunNowRequest, caller: Caller | None) -> RunView:
-        by, behalf = _requester(req.by, req.on_behalf_of, caller)
+        by, behalf = requester(req.by, req.on_behalf_of, caller)
         return await self._enqueue(EnqueueRequest(
             deployment_id=req.deployment_id, trigger=Trigger.RUN_NOW,
             request_id=req.request_id, requested_by=by), optional_reason(req.reason), behalf)
 
     async def replay(self, req: ReplayRequest, caller: Caller | None) -> RunView:
-        by, behalf = _requester(req.by, req.on_behalf_of, caller)
+        by, behalf = requester(req.by, req.on_behalf_of, caller)
         original = await self.provider.get_run(req.run_id)
         return await self._enqueue(EnqueueRequest(
             deployment_id=original.deployment_id, trigger=Trigger.REPLAY,
@@ -410,18 +431,6 @@ class AdminService:
             health, skipped_events=skipped, busiest_minute=minute, busiest_due=due,
             live_replicas=running.live_replicas() if running else None, **self._offset()),
             self._budget())
-
-
-def _requester(by: str, on_behalf_of: str | None,
-               caller: Caller | None) -> tuple[str, str | None]:
-    """``requested_by`` of a Run now or Replay, and whom it was said to be for: the user the
-    server authenticated and the stated name (``--by``) apart; without proof, the name the
-    client gives as who asked, as before."""
-    by = required(by, "by")
-    behalf = stated(on_behalf_of)
-    if caller is None:
-        return behalf or by, None
-    return caller.user, behalf if behalf != caller.user else None
 
 
 async def start_admin_service(provider: AdminHost, *,

@@ -27,7 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Operate the AstraBox 'nats' scheduler: Schedules, Runs, holds, events, "
                     "cluster health; plus a demo, a development server and a dev host.",
         epilog="exit codes: 0 ok, 1 internal error, 2 invalid request, 3 not found, "
-               "4 unavailable, 5 forbidden, 6 conflict, 7 unhealthy",
+               "4 unavailable (no server; an action while no scheduler process runs, or "
+               "while the live ones serve no actions: the message says why), 5 forbidden, "
+               "6 conflict, 7 unhealthy",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (schedules, runs, explain, events, status, check, demo, server, devhost):

@@ -3,6 +3,10 @@
 ``status`` exits 7 when a health signal is raised (a silent stop, a stuck or a failed Run, a
 Schedule a replica's reconcile refused), so a cron job or a monitoring probe can run it as
 is. ``doctor`` exits 7 when a check fails.
+
+``status`` counts every live replica from the replicas bucket, those that serve the admin
+service and those that do not (the server refused it, say: ``admin/serving.py`` says why);
+the figures come from the ones that answer.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import msgspec
 from ..admin.api import ClusterStatus, Health, ReplicaMetrics, ReplicaView, RunView, StoreHealth
 from ..admin.doctor import run_doctor
 from ..admin.doctor_checks import Status, herd_check
+from ..admin.serving import serving_cell, why_not
 from ..admin.skew import store_offsets
 from .common import (
     EXIT_OK,
@@ -148,22 +153,36 @@ def offset_text(seconds: float | None) -> str:
 def _replica_row(r: ReplicaView, offsets: dict[str, float]) -> list[object]:
     skew = offset_text(offsets.get(r.identity))
     m = r.metrics
-    return [r.identity, when(r.started_at), skew, r.in_flight_count, r.schedules_planned,
+    answered = [r.in_flight_count, r.schedules_planned] if r.answered else [None, None]
+    return [r.identity, serving_cell(r.admin_service, answered=r.answered), when(r.started_at),
+            skew, *answered,
             None if m is None else sum(m.runs_created.values()),
             None if m is None else sum(m.runs_failed.values()),
             None if m is None else _p99s(m)]
 
 
 def _replicas(replicas: list[ReplicaView]) -> list[str]:
-    """The replicas' table (a few figures), then one line per replica with all of them."""
+    """The replicas' table (a few figures), then one line per replica with all of them, or
+    why it does not serve the admin service (then it gave no figures)."""
     offsets = store_offsets(replicas)
-    table_text = table(["IDENTITY", "STARTED", "CLOCK VS STORE", "IN FLIGHT", "PLANNED",
-                        "RUNS", "FAILED", "LATE P99 STORED/STARTED"],
+    table_text = table(["IDENTITY", "ACTIONS", "STARTED", "CLOCK VS STORE", "IN FLIGHT",
+                        "PLANNED", "RUNS", "FAILED", "LATE P99 STORED/STARTED"],
                        [_replica_row(r, offsets) for r in replicas])
     lines = ["  " + line for line in table_text.splitlines()]
     lines.append("figures since each replica started:")
-    lines += [f"  {r.identity}: {metrics_line(r.metrics)}" for r in replicas]
+    lines += [f"  {r.identity}: {metrics_line(r.metrics)}" if r.answered else
+              f"  {r.identity}: serves no actions: {why_not(r.admin_service)}; no figures"
+              for r in replicas]
     return lines
+
+
+def alive_text(replicas: list[ReplicaView]) -> str:
+    """``replicas alive: 2 (1 serves actions)``: every live replica, and how many serve."""
+    if not replicas:
+        return "replicas alive: 0"
+    serving = sum(1 for r in replicas if r.answered)
+    return (f"replicas alive: {len(replicas)} ({serving} "
+            f"{'serves' if serving == 1 else 'serve'} actions)")
 
 
 def status_text(status: ClusterStatus, health: Health) -> str:
@@ -176,7 +195,7 @@ def status_text(status: ClusterStatus, health: Health) -> str:
             f"leader {store.leader}" if store.leader else None,
             store.detail) if part),
         f"history retention: {retention_text(store)}",
-        f"replicas alive: {len(status.replicas)}",
+        alive_text(status.replicas),
     ]
     if status.replicas:
         lines += _replicas(status.replicas)

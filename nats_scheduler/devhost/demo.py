@@ -198,7 +198,7 @@ class Demo:
                 raise RuntimeError(failure)
             with contextlib.suppress(AdminError):
                 status = await client.cluster_status()
-                if len(status.replicas) >= self.options.replicas:
+                if sum(r.answered for r in status.replicas) >= self.options.replicas:
                     return
             if loop.time() > deadline:
                 raise RuntimeError(

@@ -6,6 +6,13 @@ on the provider's connection or on one of its own, opened with the service's log
 account of its own, where the server stamps each request with its sender). An endpoint is
 a coroutine from an :class:`AdminRequest` (the body, the headers, the subject) to an
 :class:`AdminReply`; nats-py's request and service classes stay here.
+
+The server may refuse the subscriptions (a login whose permissions do not cover the admin
+subjects): it drops them and reports each on the connection, and a request then finds
+nobody. :meth:`ServiceBinding.ready` says which it refused (:class:`Subscriptions`), exactly:
+the server answers one connection's commands in order, and nats-py hands its error to the
+connection's ``error_cb`` (a :class:`~.permissions.ViolationLog`) before it reads the PONG
+of a later PING (``jetstream/permissions.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from nats.micro.service import Service
 
 from ..settings import NatsSettings
 from .connection import connect
+from .permissions import ViolationLog
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +54,23 @@ class AdminReply:
 Endpoint = Callable[[AdminRequest], Awaitable[AdminReply]]
 
 
+@dataclass(frozen=True)
+class Subscriptions:
+    """What the server did with the service's subscriptions (:meth:`ServiceBinding.ready`)."""
+
+    checked: bool
+    """Whether the connection reports the server's refusals (without a log, nobody knows)."""
+    refused: tuple[str, ...] = ()
+    """The endpoints' subjects the server refused: those requests find nobody here."""
+    discovery_refused: bool = False
+    """The server refused the discovery subjects (``nats micro list/info`` miss it)."""
+
+    @property
+    def accepted(self) -> bool:
+        """Whether every endpoint serves (as far as the connection could tell)."""
+        return not self.refused
+
+
 def _bound(endpoint: Endpoint) -> Callable[[Request], Awaitable[None]]:
     """The micro handler that answers each request with what ``endpoint`` replies."""
     async def handle(request: Request) -> None:
@@ -62,20 +87,32 @@ class ServiceBinding:
     Use :meth:`start`; add the endpoints; :meth:`ready` once they are all added; :meth:`stop`.
     """
 
-    def __init__(self, service: Service, served_on: Client, own: bool) -> None:
+    def __init__(self, service: Service, served_on: Client, own: bool,
+                 violations: ViolationLog | None = None, mark: int = 0) -> None:
         self._service = service
         self._served_on = served_on
         self.own_connection = own
         """Whether the service serves on a connection of its own (its login)."""
+        self._violations = violations
+        self._mark = mark
+        self._subjects: list[str] = []
 
     @classmethod
     async def start(cls, nc: Client, login: NatsSettings | None, *, client_name: str,
                     name: str, version: str, description: str,
-                    metadata: dict[str, str]) -> ServiceBinding:
+                    metadata: dict[str, str],
+                    violations: ViolationLog | None = None) -> ServiceBinding:
         """Start the service on a connection opened with ``login``, else on ``nc`` (the
-        provider's). Raises the seam's errors when the login cannot connect."""
-        own = await connect(login, client_name) if login is not None else None
+        provider's, whose refusals ``violations`` records, when its connect was given one).
+        Raises the seam's errors when the login cannot connect."""
+        if login is not None:
+            violations = ViolationLog()
+            own: Client | None = await connect(login, client_name,
+                                               error_cb=violations.on_error)
+        else:
+            own = None
         served_on = own or nc
+        mark = violations.mark() if violations is not None else 0
         try:
             service = await add_service(served_on, name=name, version=version,
                                         description=description, metadata=metadata)
@@ -83,7 +120,7 @@ class ServiceBinding:
             if own is not None:
                 await own.close()
             raise
-        return cls(service, served_on, own is not None)
+        return cls(service, served_on, own is not None, violations, mark)
 
     @property
     def id(self) -> str:
@@ -96,17 +133,27 @@ class ServiceBinding:
         options = {} if queue_group is None else {"queue_group": queue_group}
         await self._service.add_endpoint(name=name, subject=subject,
                                          handler=_bound(endpoint), **options)
+        self._subjects.append(subject)
 
-    async def ready(self) -> None:
-        """Return once the server has every endpoint's subscription.
+    async def ready(self) -> Subscriptions:
+        """Return once the server has every endpoint's subscription, or has refused it.
 
         Twice: nats-py 2.16 writes a flush's PING straight to the socket, possibly ahead of
         subscriptions its flusher has not written yet, so one PONG does not prove the server
         has them (a request right after start could find no responder). The second PING
-        follows them on the wire (nats-io/nats.py, Client.flush / _flusher).
+        follows them on the wire (nats-io/nats.py, Client.flush / _flusher). A refusal
+        arrives before that PONG, so what the log holds by then is the whole answer.
         """
         await self._served_on.flush()
         await self._served_on.flush()
+        if self._violations is None:
+            return Subscriptions(checked=False)
+        refused = {subject for kind, subject in self._violations.since(self._mark)
+                   if kind == "subscription"}
+        return Subscriptions(
+            checked=True,
+            refused=tuple(s for s in self._subjects if s.lower() in refused),
+            discovery_refused=any(s.startswith("$srv.") for s in refused))
 
     async def stop(self) -> None:
         """Stop the service, then close its own connection. Neither failure is raised (a
@@ -122,4 +169,4 @@ class ServiceBinding:
                 log.debug("closing the admin service's connection failed", exc_info=True)
 
 
-__all__ = ["AdminReply", "AdminRequest", "Endpoint", "ServiceBinding"]
+__all__ = ["AdminReply", "AdminRequest", "Endpoint", "ServiceBinding", "Subscriptions"]

@@ -53,10 +53,17 @@ class ViolationLog:
     (``nats.connect(error_cb=log.on_error)`` or ``connection.connect(error_cb=...)``):
     nats-py has no public way to add an error callback to a connected client.
     Other errors are ignored here: connection trouble surfaces where the caller awaits.
+
+    It keeps the newest ``KEPT`` refusals only: a provider's connection lives for months,
+    and what is looked at is always what came after a recent :meth:`mark`.
     """
+
+    KEPT = 1024
 
     def __init__(self) -> None:
         self.refusals: list[tuple[Kind, str]] = []
+        self._dropped = 0
+        """Refusals dropped from the front of ``refusals`` (marks count them)."""
 
     async def on_error(self, exc: Exception) -> None:
         """The ``error_cb`` of ``nats.connect`` (nats-py wants a coroutine function)."""
@@ -64,14 +71,22 @@ class ViolationLog:
         if match is not None:
             kind: Kind = "publish" if match.group(1).lower() == "publish" else "subscription"
             self.refusals.append((kind, match.group(2).lower()))
+            if len(self.refusals) > 2 * self.KEPT:
+                drop = len(self.refusals) - self.KEPT
+                del self.refusals[:drop]
+                self._dropped += drop
 
     def mark(self) -> int:
         """A position in the log; :meth:`refused_since` looks only at what came after it."""
-        return len(self.refusals)
+        return self._dropped + len(self.refusals)
+
+    def since(self, mark: int) -> list[tuple[Kind, str]]:
+        """The refusals (kind, subject lower-cased) that came after ``mark``."""
+        return self.refusals[max(0, mark - self._dropped):]
 
     def refused_since(self, mark: int, kind: Kind, subject: str) -> bool:
         wanted = (kind, subject.lower())
-        return wanted in self.refusals[mark:]
+        return wanted in self.since(mark)
 
     async def allowed(self, nc: Client, probe: Probe, timeout: float = 2.0) -> bool:
         """Send ``probe`` and tell whether the server let it through."""

@@ -22,6 +22,7 @@ from .connection import connect
 from .foreign import ForeignLog
 from .history_reads import PagedHistory
 from .leases import Leases
+from .permissions import ViolationLog
 from .presence import JetStreamReplicas
 from .runlog import RunLog
 from .schedulelog import ScheduleLog
@@ -80,7 +81,9 @@ async def open_store(settings: NatsSettings, identity: str, *,
     reads the store as it was before this process changed anything (the outage record's
     last writes). ``count_foreign`` hears of each foreign message a reader skips, by the
     kind of its stream (jetstream/foreign.py)."""
-    store = Store(await connect(settings, identity), settings, count_error=count_error,
+    violations = ViolationLog()  # the admin service, if it serves here, checks with it
+    store = Store(await connect(settings, identity, error_cb=violations.on_error), settings,
+                  count_error=count_error, violations=violations,
                   foreign=ForeignLog(count_foreign))
     try:
         await store.check_server()

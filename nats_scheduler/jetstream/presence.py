@@ -24,6 +24,11 @@ elapsed time just before each put and just after its ack, and the server's times
 very message (it comes back through the watch, so the measure costs no extra request), give
 one :class:`~nats_scheduler.core.serverclock.Sample` to ``on_sample`` per beat.
 
+The value under the key also says whether the replica serves the admin service
+(``admin_service``: :class:`~nats_scheduler.core.serving.Serving`, read at each beat), so
+``status``, the console and the doctor count a replica that fires but does not serve
+(``jetstream/replica_reads.py`` reads the bucket for them).
+
 Presence only decides who fires first; it is never what makes a Run unique (the store's
 conditional create is). So a wrong answer costs work, not correctness, and this process
 always counts itself.
@@ -48,6 +53,7 @@ from nats.js.kv import KeyValue
 
 from ..clock import Clock, SystemClock
 from ..core.serverclock import MAX_ROUND_TRIP, Sample
+from ..core.serving import Serving
 from ..names import Names
 from ..ports.replicas import RegistryRefused
 from ..tasks import cancel_and_wait
@@ -60,6 +66,9 @@ _V = TypeVar("_V")
 
 WINDOW_BEATS = 3
 """A replica is live while its key was put within this many beats."""
+
+BEAT_SECONDS = 1.0
+"""Seconds between two puts of a replica's key (what readers of the bucket assume too)."""
 
 MAX_AGE_SECONDS = 30.0
 """The bucket's ``max_age`` at least: dead replicas' keys vanish from ``nats kv ls``."""
@@ -75,12 +84,16 @@ PENDING_BEATS = 8
 """Beats whose timings (or server stamps) wait for their other half, at most."""
 
 
-class PresenceValue(msgspec.Struct, frozen=True, kw_only=True):
-    """The JSON under a replica's key (``nats kv get P_REPLICAS <identity>``), for people."""
+class PresenceValue(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The JSON under a replica's key (``nats kv get P_REPLICAS <identity>``), for people
+    and for ``status``: put every beat by every replica, so it stays a few dozen bytes."""
 
     identity: str
     started_at: datetime
     beat_at: datetime
+    admin_service: str | None = None
+    """Whether it serves the admin service: a :class:`~nats_scheduler.core.serving.Serving`
+    word ("serving", or why not). None (absent) from replicas older than the field."""
 
 
 _encode = msgspec.json.Encoder().encode
@@ -142,9 +155,12 @@ class Presence:
                  elapsed: Callable[[], float],
                  on_sample: Callable[[Sample], None] | None = None,
                  wall: Callable[[], float] = time.time, clock: Clock | None = None,
-                 foreign: ForeignLog | None = None) -> None:
+                 foreign: ForeignLog | None = None,
+                 serving: Callable[[], Serving] | None = None) -> None:
         self._kv = kv
         self._foreign = foreign or ForeignLog()
+        self._serving = serving
+        """Read at each beat: whether this replica serves the admin service now."""
         self._clock: Clock = clock or SystemClock()
         """Where the times in our value come from (for people only: liveness is elapsed time)."""
         self._names = names
@@ -176,21 +192,23 @@ class Presence:
 
     @classmethod
     async def open(cls, js: JetStreamContext, names: Names, identity: str, *, replicas: int,
-                   beat_seconds: float = 1.0,
+                   beat_seconds: float = BEAT_SECONDS,
                    elapsed: Callable[[], float] = time.monotonic,
                    on_sample: Callable[[Sample], None] | None = None,
                    wall: Callable[[], float] = time.time,
-                   clock: Clock | None = None, foreign: ForeignLog | None = None) -> Presence:
+                   clock: Clock | None = None, foreign: ForeignLog | None = None,
+                   serving: Callable[[], Serving] | None = None) -> Presence:
         """Bind the replicas bucket (creating it on first use); :meth:`start` to join.
 
         ``on_sample`` gets one sample of the server's clock per beat, timed on ``elapsed``
         (and ``wall``, the host's clock, for the offset people read). ``clock`` (the
         runtime's; the system clock by default) stamps the ``started_at`` and ``beat_at``
-        people read in the key's value."""
+        people read in the key's value; ``serving`` its ``admin_service`` word."""
         config = bucket_config(names, replicas=replicas, beat_seconds=beat_seconds)
         kv = await _bind_or_create(js, config)
         return cls(kv, names, identity, beat_seconds=beat_seconds, elapsed=elapsed,
-                   on_sample=on_sample, wall=wall, clock=clock, foreign=foreign)
+                   on_sample=on_sample, wall=wall, clock=clock, foreign=foreign,
+                   serving=serving)
 
     # ------------------------------------------------------------------ joining and leaving
 
@@ -235,9 +253,20 @@ class Presence:
         except Exception:
             log.debug("presence: could not %s while stopping", what, exc_info=True)
 
+    def _word(self) -> str | None:
+        return None if self._serving is None else str(self._serving())
+
     async def _beat(self) -> None:
+        """Put our key; at once again if whether we serve changed during the put (the
+        admin service started or was refused meanwhile: the key must not keep the old word)."""
+        if await self._put() != self._word():
+            await self._put()
+
+    async def _put(self) -> str | None:
+        """Put our key once; the ``admin_service`` word it carried."""
+        word = self._word()
         value = PresenceValue(identity=self.identity, started_at=self._started_at,
-                              beat_at=self._clock.now())
+                              beat_at=self._clock.now(), admin_service=word)
         sent, wall_sent = self._elapsed(), self._wall()
         revision = await self._kv.put(self._key, _encode(value))
         timing = (sent, self._elapsed(), wall_sent, self._wall())
@@ -246,6 +275,7 @@ class Presence:
             self._sample(timing, stamp)
         else:
             _bounded_put(self._timings, revision, timing)
+        return word
 
     def _stamped(self, entry: KeyValue.Entry) -> None:
         """Our own put seen by the watch: with its timings, one sample of the server's clock."""
@@ -267,6 +297,15 @@ class Presence:
                                    wall_acked=wall_acked))
         except Exception:
             log.debug("presence: a clock sample was refused", exc_info=True)
+
+    async def announce(self) -> None:
+        """Put our key now (its ``admin_service`` word changed); the next beat if it fails."""
+        if not self._joined or self._stopping:
+            return
+        try:
+            await asyncio.wait_for(self._beat(), max(self.beat_seconds, MAX_ROUND_TRIP))
+        except Exception:
+            log.debug("presence: announcing %s failed", self.identity, exc_info=True)
 
     async def _beat_forever(self) -> None:
         """Re-put our key every beat; a missed beat is only logged (the next one may land)."""
@@ -374,7 +413,8 @@ class JetStreamReplicas:
 
     async def open(self, identity: str, *, clock: Clock,
                    on_sample: Callable[[Sample], None] | None = None,
-                   wall: Callable[[], float] | None = None) -> Presence:
+                   wall: Callable[[], float] | None = None,
+                   serving: Callable[[], Serving] | None = None) -> Presence:
         """Bind the bucket (creating it on first use) for ``identity``; not started.
         ``RegistryRefused`` when the server answers no (an error that is no time-out nor a
         passing trouble: a configuration without the bucket)."""
@@ -382,7 +422,7 @@ class JetStreamReplicas:
             return await Presence.open(self._js, self._names, identity,
                                        replicas=self._replicas, clock=clock,
                                        on_sample=on_sample, wall=wall or time.time,
-                                       foreign=self._foreign)
+                                       foreign=self._foreign, serving=serving)
         except nats.js.errors.APIError as exc:
             if is_transient(exc):
                 raise

@@ -41,6 +41,7 @@ from .direct_batch import DIRECT_GET_TIMEOUT, direct_batch_once
 from .errors import Conflict
 from .event_store import Judge, StoredMessage, SubjectTail
 from .foreign import ForeignLog, stream_kind
+from .permissions import ViolationLog
 from .retry import Retrier
 from .subject_tail import find_tail
 
@@ -73,8 +74,12 @@ class Store:
 
     def __init__(self, nc: Client, settings: NatsSettings, *,
                  count_error: Callable[[str], None] | None = None,
-                 foreign: ForeignLog | None = None) -> None:
+                 foreign: ForeignLog | None = None,
+                 violations: ViolationLog | None = None) -> None:
         self.nc = nc
+        self.violations = violations
+        """The server's permission refusals on ``nc``, when its connect recorded them
+        (``open_store`` does: the admin service checks its subscriptions with it)."""
         self.js: JetStreamContext = nc.jetstream(timeout=2.0)
         self.acks = AckedPublisher(nc, timeout=2.0, atomic_min=(
             ATOMIC_MIN_SYNC_ALWAYS if settings.server_sync_always else ATOMIC_MIN))

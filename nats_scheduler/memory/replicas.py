@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from ..clock import Clock
 from ..core.serverclock import Sample
+from ..core.serving import Serving
 from ..tasks import cancel_and_wait
 from .store import MemoryStore, ReplicaSlot
 
@@ -99,6 +100,11 @@ class MemoryMembers:
                 self._store.replica_changed(self.identity, None)
         self._seen.clear()
 
+    async def announce(self) -> None:
+        if self._joined:
+            with contextlib.suppress(Exception):
+                await self._beat()
+
     def live(self) -> tuple[str, ...]:
         newest, window = self._newest, WINDOW_BEATS * self.beat_seconds
         return tuple(sorted({self.identity,
@@ -114,6 +120,8 @@ class MemoryReplicas:
 
     async def open(self, identity: str, *, clock: Clock,
                    on_sample: Callable[[Sample], None] | None = None,
-                   wall: Callable[[], float] | None = None) -> MemoryMembers:
+                   wall: Callable[[], float] | None = None,
+                   serving: Callable[[], Serving] | None = None) -> MemoryMembers:
+        """``serving`` is not kept: no admin service runs on the memory store."""
         return MemoryMembers(self._store, identity, clock=clock,
                              beat_seconds=self._beat_seconds, on_sample=on_sample, wall=wall)

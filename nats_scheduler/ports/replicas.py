@@ -8,7 +8,9 @@ process's own time-outs nor its elapsed time drop anybody (a replica whose event
 busy reads the others' puts late, but in order; until it has read newer ones, nobody
 stopped). A replica always counts itself. The beat is also this replica's measure of the
 store's clock: the elapsed time around each put and the store's timestamp on it make one
-:class:`~nats_scheduler.core.serverclock.Sample` per beat.
+:class:`~nats_scheduler.core.serverclock.Sample` per beat. The record also says whether the
+replica serves the admin service (:class:`~nats_scheduler.core.serving.Serving`, read at each
+beat), so a replica that fires but does not serve is still counted (``status``, ``doctor``).
 
 Membership only decides who fires a due time first (``runtime/membership.py``); it is never
 what makes a Run unique, so a wrong answer costs work, not correctness.
@@ -23,6 +25,7 @@ from typing import Protocol
 
 from ..clock import Clock
 from ..core.serverclock import Sample
+from ..core.serving import Serving
 
 
 class RegistryRefused(Exception):
@@ -48,14 +51,22 @@ class Members(Protocol):
         """Sorted identities of the live replicas, always including this one."""
         ...
 
+    async def announce(self) -> None:
+        """Put this replica's record now, not at the next beat (whether it serves the admin
+        service changed). Bounded; a failure is only logged (the next beat carries it)."""
+        ...
+
 
 class ReplicaRegistry(Protocol):
     """Where replicas announce themselves."""
 
     async def open(self, identity: str, *, clock: Clock,
                    on_sample: Callable[[Sample], None] | None = None,
-                   wall: Callable[[], float] | None = None) -> Members:
+                   wall: Callable[[], float] | None = None,
+                   serving: Callable[[], Serving] | None = None) -> Members:
         """This replica's membership (not started). ``on_sample`` gets one sample of the
-        store's clock per beat, ``wall`` is the host's clock for the offset people read.
+        store's clock per beat, ``wall`` is the host's clock for the offset people read,
+        ``serving`` says at each beat whether this replica serves the admin service (the
+        record says nothing of it without one).
         :class:`RegistryRefused` when the store refuses the registry outright."""
         ...

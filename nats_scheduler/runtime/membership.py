@@ -23,11 +23,13 @@ import asyncio
 import contextlib
 import itertools
 import logging
+from collections.abc import Callable
 from datetime import datetime
 
 from ..clock import Clock, ServerClock
 from ..core.ownership import owner, owner_key
 from ..core.serverclock import Sample
+from ..core.serving import Serving
 from ..ports.replicas import Members, RegistryRefused, ReplicaRegistry
 from ..tasks import cancel_and_wait
 from .metrics import Metrics
@@ -48,8 +50,11 @@ class Membership:
     """The live replicas as this one sees them, once :meth:`join` has run."""
 
     def __init__(self, replicas: ReplicaRegistry, identity: str, clock: Clock,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, *, serving: Callable[[], Serving] | None = None) -> None:
         self._replicas = replicas
+        self._serving = serving
+        """Whether this replica serves the admin service: its key says so at each beat, so
+        ``status`` counts it even when the server refuses the service."""
         self._identity = identity
         self._clock = clock
         self._metrics = metrics
@@ -59,6 +64,8 @@ class Membership:
         self._refused = False
         """The store refused the replicas bucket: nobody can join, everybody owns all."""
         self._joining: asyncio.Task[None] | None = None
+        self._opened: Members | None = None
+        """The membership of an attempt to join in progress (``announce`` reaches it)."""
         self.attempts = 0
         """Attempts to join made so far (the first included)."""
 
@@ -84,18 +91,19 @@ class Membership:
         presence: Members | None = None
         try:
             async with asyncio.timeout(JOIN_SECONDS):
-                presence = await self._replicas.open(
-                    self._identity, clock=clock,
+                presence = self._opened = await self._replicas.open(
+                    self._identity, clock=clock, serving=self._serving,
                     **({"on_sample": self._observe, "wall": clock.wall_seconds}
                        if isinstance(clock, ServerClock) else {}))
                 await presence.start()
         except Exception as exc:
+            self._opened = None
             if presence is not None:
                 with contextlib.suppress(Exception):
                     await presence.stop()  # bounded: a half-started attempt leaves nothing
             self._not_joined(exc)
             return False
-        self.presence, self._refused = presence, False
+        self.presence, self._refused, self._opened = presence, False, None
         return True
 
     def _not_joined(self, exc: Exception) -> None:
@@ -115,9 +123,16 @@ class Membership:
         joining, self._joining = self._joining, None
         if joining is not None:
             await cancel_and_wait([joining], timeout=STOP_SECONDS)
-        presence, self.presence = self.presence, None
+        presence, self.presence, self._opened = self.presence, None, None
         if presence is not None:
             await presence.stop()
+
+    async def announce(self) -> None:
+        """Put this replica's key now: whether it serves the admin service changed (while
+        an attempt to join is under way too: its first put may have read the old word)."""
+        presence = self.presence or self._opened
+        if presence is not None:
+            await presence.announce()
 
     def members(self) -> tuple[str, ...] | None:
         """The live replicas as the store last showed them (this one included); None when

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -36,9 +35,10 @@ from typing import Protocol
 
 from opentelemetry.metrics import MeterProvider
 
-from ..clock import Clock, ServerClock, sleep_for
+from ..clock import Clock, ServerClock
 from ..core.events import ScheduleRecord
 from ..core.runcore import RetryPolicy
+from ..core.serving import Serving
 from ..jetstream.outages import OutageLog
 from ..jetstream.ports import JetStreamPorts, open_store
 from ..jetstream.store import Store
@@ -47,7 +47,7 @@ from ..ports import StorePorts
 from ..ports.feeds import Feed
 from ..ports.replicas import Members
 from ..projections.ledger import Ledger
-from ..projections.reads import RunReads, load_ledger, load_newest, load_recent
+from ..projections.reads import RunReads, load_ledger
 from ..projections.schedule_table import ScheduleTable
 from ..seam import RunHandler
 from ..settings import NatsSettings
@@ -61,13 +61,13 @@ from .freshness import Freshness
 from .gate import PauseGate
 from .hold_ends import HoldEnds
 from .membership import Membership
-from .memory import release_freed_memory
 from .metrics import Metrics
 from .outage_watch import OutageWatch
 from .readiness import Readiness, subscribe_patiently, until_caught_up
 from .refusals import Refusals
 from .retention import Retention
 from .ticker import Dues, FireObserver, Ticker
+from .warm_up import warm_up
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +77,6 @@ ADMIN_STOP_SECONDS = 2.0
 PLAN_CHUNK = 5_000
 """Schedules planned per event-loop turn when the table is ready (100,000 take about a
 second of CPU: in chunks, the loop keeps answering meanwhile)."""
-
-WARM_UP_RETRY_SECONDS = (15.0, 60.0, 300.0)
-"""Seconds before a failed warm-up is tried again: the first wait, the second, then every
-later one (a store out for long is tried every five minutes)."""
 
 LOOPS_STOP_SECONDS = 5.0
 """How long ``stop`` waits for the ticker, sweep, retention and warm-up loops to end."""
@@ -92,6 +88,9 @@ PortsFactory = Callable[[Ledger, ScheduleTable, Clock, str], Awaitable[StorePort
 
 class Service(Protocol):
     """A service the runtime runs beside its loops (the admin service)."""
+
+    serving: Serving
+    """After ``start``: whether it serves, or why not (the server refused it, say)."""
 
     async def start(self) -> None: ...
 
@@ -122,7 +121,9 @@ class Runtime:
         self._clock = clock
         self._identity = identity
         self.freshness = Freshness(self.schedules, self._schedules_position, clock)
-        self.membership = Membership(ports.replicas, identity, clock, self.metrics)
+        self.membership = Membership(ports.replicas, identity, clock, self.metrics,
+                                     serving=self.serving)
+        self._no_admin = Serving.STARTING  # why no admin service runs here, while none does
         self.outages = outages
         """The outage this start ends, recorded once the replica joined (at most one write);
         None where the store records no outages (the in-memory store of the simulation)."""
@@ -230,10 +231,8 @@ class Runtime:
         """
         runs_from = await self.runs.end() + 1
         self.followers = [
-            self.schedules.feed(self.table.apply,
-                                on_skip=lambda: self.metrics.event_skipped("schedules")),
-            self.runs.feed(from_seq=runs_from,
-                           on_skip=lambda: self.metrics.event_skipped("runs")),
+            self.schedules.feed(self.table.apply, on_skip=self._skipped("schedules")),
+            self.runs.feed(from_seq=runs_from, on_skip=self._skipped("runs")),
         ]
         await self.followers[1].subscribe()  # the Run feed: nothing to replay
         open_runs = await self.ports.retrying("could not read the open runs",
@@ -246,6 +245,9 @@ class Runtime:
         # The Schedule follower subscribes once the loops start (_become_ready): its replay
         # (one message per Schedule) goes on in the background, and neither the reads above
         # nor the rest of start() must queue behind a million of them.
+
+    def _skipped(self, stream: str) -> Callable[[], None]:
+        return lambda: self.metrics.event_skipped(stream)
 
     @property
     def ready(self) -> bool:
@@ -272,8 +274,7 @@ class Runtime:
             after = await self.checkpointing.load(end)
             if after is not None:  # the table holds every event up to it: the rest only
                 self.followers[0] = self.schedules.feed(
-                    self.table.apply, after=after,
-                    on_skip=lambda: self.metrics.event_skipped("schedules"))
+                    self.table.apply, after=after, on_skip=self._skipped("schedules"))
             follower = self.followers[0]
             await subscribe_patiently(follower)
             await until_caught_up(follower)
@@ -361,29 +362,8 @@ class Runtime:
                                                         name="due times counted"))
 
     async def _warm_up(self) -> None:
-        """Load each deployment's newest Run and the last day's Runs into the ledger's
-        summaries (last Run, failures, last scheduled); ``warmed`` is set once they are.
-
-        A failed attempt is tried again (:data:`WARM_UP_RETRY_SECONDS`): the usual cause is
-        this replica's own event loop, too busy during a large load to read the store's
-        answers in time (a million Schedules applied at once), and nothing else loads the
-        Runs stored before this start: the views would lack them until each deployment's
-        next Run, and an unfinished one whose key expired while no replica ran would stay
-        out of the recovery sweep's set (docs/architecture.md, section 5). Loading again is
-        harmless: each Run is taken by its sequence."""
-        for attempt in itertools.count():
-            try:
-                await load_newest(self.ledger, self.history,
-                                  [record.deployment_id for record in self.table.all()])
-                await load_recent(self.ledger, self.history, self._clock.now())
-                break
-            except Exception:
-                wait = WARM_UP_RETRY_SECONDS[min(attempt, len(WARM_UP_RETRY_SECONDS) - 1)]
-                log.warning("could not load the last day's runs; trying again in %.0f s "
-                            "(views fill in as runs change meanwhile)", wait, exc_info=True)
-            finally:
-                release_freed_memory()  # the load's and the warm-up's transient objects
-            await sleep_for(self._clock, wait)
+        """Load the Runs stored before this start into the views (:mod:`.warm_up`)."""
+        await warm_up(self.ledger, self.history, self.table, self._clock)
         self.warmed.set()
 
     async def current_schedule(self, deployment_id: str) -> ScheduleRecord | None:
@@ -408,13 +388,27 @@ class Runtime:
         """
         previous, self.admin = self.admin, None
         if previous is not None:
+            self._no_admin = Serving.STOPPED
             await previous.stop()
-        await service.start()
-        self.admin = service
+        self._no_admin = Serving.FAILED  # unless it starts
+        try:
+            await service.start()
+            self.admin = service
+        finally:  # its key says so now, not a beat later (a replacement said "stopped")
+            await self.membership.announce()
+
+    def not_serving(self, why: Serving) -> None:
+        """Say in this replica's key why it runs no admin service (``status`` shows it)."""
+        self._no_admin = why
+
+    def serving(self) -> Serving:
+        """Whether this replica serves the admin service now, or why not (its key says it)."""
+        return self.admin.serving if self.admin is not None else self._no_admin
 
     async def stop(self, drain_seconds: float) -> None:
         """Stop the admin service, stop firing, drain handler calls (bounded), close the rest."""
         admin, self.admin = self.admin, None
+        self._no_admin = Serving.STOPPED
         if admin is not None:
             # Unsubscribing waits for the server; with the server gone it would hold the
             # whole stop, and closing the connection below ends the subscriptions anyway.
