@@ -24,7 +24,7 @@ from ..jetstream.foreign import (
 )
 from ..jetstream.presence import replica_value_on
 from ..jetstream.store_reads import Stored
-from ..names import HDR_KV_OPERATION, HDR_MARKER_REASON, Names
+from ..names import HDR_KV_OPERATION, HDR_MARKER_REASON, Names, is_kv_stream
 from .invariant_report import Violation
 
 Judge = Callable[[str, bytes], object]
@@ -54,7 +54,7 @@ def _marker(stored: Stored) -> bool:
 
 def foreign_in(stream: str, stored: Stored, judge: Judge) -> Violation | None:
     """The violation a message is, when it is not the scheduler's own; else None."""
-    if stream.startswith("KV_") and _marker(stored):
+    if is_kv_stream(stream) and _marker(stored):
         return None
     try:
         judge(stored.subject, stored.data)

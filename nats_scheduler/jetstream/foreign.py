@@ -34,6 +34,7 @@ from ..core.events import (
     decode_schedule_event,
 )
 from ..names import Names, untoken
+from ..ports.foreign import ForeignMessage as ForeignMessage  # raised here, named in the port
 from ..ports.history import IndexEntry
 from ..ports.leases import LeaseValue
 
@@ -43,15 +44,6 @@ SEEN_KEPT = 10_000
 """Foreign messages (by subject and sequence) remembered as counted, and subjects warned of:
 a reader that meets the same one again counts and warns no more, and a flood of them costs
 a bounded memory."""
-
-
-class ForeignMessage(Exception):
-    """A stored message a reader cannot take as the provider's own; ``reason`` says why."""
-
-    def __init__(self, subject: str, reason: str) -> None:
-        super().__init__(f"{subject}: {reason}")
-        self.subject = subject
-        self.reason = reason
 
 
 def reason_of(exc: Exception) -> str:

@@ -17,12 +17,13 @@ from typing import TypeVar
 
 from ..core.events import RunCreated, RunEventType, RunRecord
 from ..names import run_event_msg_id
+from ..ports.foreign import ForeignMessage
 from ..ports.runs import Announcement, Conflict, RunProjection, Stored
 from .feeds import MemoryFeed
 from .history import MemoryHistory
 from .leases import MemoryLeases
 from .retry import retrying
-from .store import MemoryStore, StoredEvent
+from .store import Foreign, MemoryStore, StoredEvent, first_ours, last_ours
 
 T = TypeVar("T")
 
@@ -81,11 +82,11 @@ class MemoryRunJournal:
         async def once() -> Stored:
             await self._store.operation()
             events = self._store.runs.get(run.run_id)
-            if events:
-                last = events[-1]
-                record = last.event.run
+            last = last_ours(events)  # foreign messages on its subject hold no Run
+            if last is not None:
+                record = last.event.run  # type: ignore[union-attr]
                 self._ledger.apply(last.seq, record)
-                return Stored(last.seq, record, events[0].event == event)
+                return Stored(last.seq, record, first_ours(events).event == event)  # type: ignore[union-attr]
             seq = self._stored(run, event, msg_id)
             self._store.answered()
             return Stored(seq, run, True)
@@ -111,8 +112,9 @@ class MemoryRunJournal:
 
         async def once() -> int:
             await self._store.operation()
-            events = self._store.runs.get(run.run_id, [])
-            last = events[-1] if events else None
+            # foreign messages after the writer's last event are stepped over, as the
+            # JetStream journal appends after them (jetstream/foreign.py)
+            last = last_ours(self._store.runs.get(run.run_id))
             if last is None or last.seq != expected_seq:
                 if last is not None and last.msg_id == msg_id:
                     return last.seq  # our own, stored before its answer was lost
@@ -124,10 +126,10 @@ class MemoryRunJournal:
         return await self._retrying("could not store an event", once)
 
     def _last(self, run_id: str) -> tuple[int, RunRecord] | None:
-        events = self._store.runs.get(run_id)
-        if not events:
+        last = last_ours(self._store.runs.get(run_id))
+        if last is None:
             return None
-        return events[-1].seq, events[-1].event.run
+        return last.seq, last.event.run  # type: ignore[union-attr]
 
     async def fetch(self, deployment_id: str, run_id: str) -> tuple[int, RunRecord] | None:
         await self._retrying("could not read", self._store.operation)
@@ -146,8 +148,8 @@ class MemoryRunJournal:
 
     async def first_stored_at(self, deployment_id: str, run_id: str) -> datetime | None:
         await self._retrying("could not read", self._store.operation)
-        events = self._store.runs.get(run_id)
-        return events[0].stored_at if events else None
+        first = first_ours(self._store.runs.get(run_id))
+        return first.stored_at if first is not None else None
 
     async def end(self) -> int:
         await self._retrying("could not read", self._store.operation)
@@ -160,6 +162,8 @@ class MemoryRunJournal:
             if stored.seq in self._own:
                 self._own.discard(stored.seq)
                 return  # applied when written
+            if isinstance(stored.event, Foreign):
+                raise ForeignMessage(f"#{stored.seq}", stored.event.why)  # skipped, counted
             run = stored.event.run
             self._ledger.apply_event(stored.seq, stored.event,  # type: ignore[arg-type]
                                      (run.deployment_id, run.run_id))

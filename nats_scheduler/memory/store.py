@@ -41,14 +41,42 @@ class StoreDown(Exception):
     """The store did not answer (a transient failure: retried within the retry budget)."""
 
 
+@dataclass(frozen=True)
+class Foreign:
+    """A message that is not the provider's own, stored where its readers look (the
+    simulation's fault; jetstream/foreign.py): every reader skips it, a write goes after
+    it, the checker names it."""
+
+    why: str = "not a message of the scheduler's"
+
+
+FOREIGN = Foreign()
+
+
 @dataclass
 class StoredEvent:
-    """One event of a journal, as stored."""
+    """One event of a journal, as stored (or a foreign message at that position)."""
 
     seq: int
     stored_at: datetime
-    event: RunEventType | ScheduleEventType
+    event: RunEventType | ScheduleEventType | Foreign
     msg_id: str
+
+
+def last_ours(events: list[StoredEvent] | None) -> StoredEvent | None:
+    """The last event of a journal's subject that is ours (foreign ones skipped)."""
+    for stored in reversed(events or ()):
+        if not isinstance(stored.event, Foreign):
+            return stored
+    return None
+
+
+def first_ours(events: list[StoredEvent] | None) -> StoredEvent | None:
+    """The first event of a journal's subject that is ours."""
+    for stored in events or ():
+        if not isinstance(stored.event, Foreign):
+            return stored
+    return None
 
 
 @dataclass
@@ -56,7 +84,7 @@ class LeaseSlot:
     """A lease as stored: its revision, value, and when it expires by its time to live."""
 
     revision: int
-    value: LeaseValue
+    value: LeaseValue | Foreign
     expires_at: datetime | None
 
 
@@ -74,7 +102,7 @@ class CheckpointShelf:
     """The checkpoints of the Schedule table stored: each head with its position (the newest
     last), each checkpoint's parts by its id."""
 
-    heads: list[tuple[int, CheckpointHead]] = field(default_factory=list)
+    heads: list[tuple[int, CheckpointHead | Foreign]] = field(default_factory=list)
     parts: dict[str, list[list[CheckpointRow]]] = field(default_factory=dict)
     seq: int = 0
     begun: int = 0
@@ -109,7 +137,8 @@ class MemoryStore:
     run_deployments: dict[str, str] = field(default_factory=dict)
     """run_id -> its deployment."""
     schedules: dict[str, list[StoredEvent]] = field(default_factory=dict)
-    index: dict[str, list[tuple[int, datetime, IndexEntry, str]]] = field(default_factory=dict)
+    index: dict[str, list[tuple[int, datetime, IndexEntry | Foreign, str]]] = field(
+        default_factory=dict)
     """deployment_id -> its history entries: (position, stored_at, entry, msg_id)."""
     leases: dict[str, LeaseSlot] = field(default_factory=dict)
     replicas: dict[str, ReplicaSlot] = field(default_factory=dict)
@@ -166,6 +195,51 @@ class MemoryStore:
         self.revision += 1
         return self.revision
 
+    # ------------------------------------------------------------------ foreign messages
+
+    def foreign_run(self, deployment_id: str, run_id: str) -> int:
+        """Store a foreign message on a Run's subject (it may not exist yet); its position."""
+        self.run_seq += 1
+        stored = StoredEvent(self.run_seq, self.now(), FOREIGN, "")
+        self.runs.setdefault(run_id, []).append(stored)
+        self.run_deployments.setdefault(run_id, deployment_id)
+        self.stored_run_event(stored)
+        return stored.seq
+
+    def foreign_schedule(self, deployment_id: str) -> int:
+        """Store a foreign message on a Schedule's subject; its position."""
+        self.schedule_seq += 1
+        stored = StoredEvent(self.schedule_seq, self.now(), FOREIGN, "")
+        self.schedules.setdefault(deployment_id, []).append(stored)
+        self.stored_schedule_event(stored)
+        return stored.seq
+
+    def foreign_index(self, deployment_id: str) -> int:
+        """Store a foreign message on a deployment's history index; its position."""
+        self.index_seq += 1
+        self.index.setdefault(deployment_id, []).append(
+            (self.index_seq, self.now(), FOREIGN, ""))
+        return self.index_seq
+
+    def foreign_lease(self, run_id: str) -> int:
+        """Put a foreign value under a Run's lease key; its revision."""
+        revision = self.next_revision()
+        self.leases[run_id] = LeaseSlot(revision, FOREIGN, None)
+        return revision
+
+    def foreign_replica(self, key: str) -> int:
+        """Put a foreign value under a replica key; its revision."""
+        slot = ReplicaSlot(self.next_revision(), b"\xff not a replica", self.now())
+        self.replicas[key] = slot
+        self.replica_changed(key, slot)
+        return slot.revision
+
+    def foreign_checkpoint_head(self) -> int:
+        """Store a foreign message as the newest checkpoint head; its position."""
+        self.checkpoints.seq += 1
+        self.checkpoints.heads.append((self.checkpoints.seq, FOREIGN))
+        return self.checkpoints.seq
+
     # ------------------------------------------------------------------ feeds
 
     def subscribe_runs(self, subscriber: Subscriber) -> Callable[[], None]:
@@ -198,6 +272,9 @@ class MemoryStore:
         if self.trace is None:
             return
         event = stored.event
+        if isinstance(event, Foreign):
+            self.trace(f"{journal} #{stored.seq} foreign")
+            return
         tag = type(event).__struct_config__.tag
         subject = getattr(event, "run", None) or getattr(event, "schedule", None)
         ident = getattr(subject, "run_id", None) or getattr(subject, "deployment_id", "?")

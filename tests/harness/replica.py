@@ -190,7 +190,12 @@ class Replica:
         if self.loop is not None:
             raise ValueError("a fire loop is already running")
         deployment = cmd["deployment"]
-        record = self.provider.schedules.get(deployment)
+        runtime = self.provider.runtime
+        assert runtime is not None
+        # as stored (the leader's word): this replica's table may not have followed a change
+        # another replica made a moment ago
+        record = self.provider.schedules.get(deployment) or await runtime.schedules.read(
+            deployment)
         if record is None:
             raise ValueError(f"unknown deployment {deployment!r}")
         dues = _due_iterator(record.cron, record.timezone,
