@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -57,14 +57,22 @@ class Clock:
         await asyncio.sleep(max(0.0, (instant - self.now()).total_seconds()))
 
 
+Foreign = Callable[..., Awaitable[None]]
+"""Stores a foreign message (not the provider's own) where a reader looks: ``("run", dep,
+run_id)``, ``("schedule", dep)``, ``("index", dep)``, ``("lease", run_id)``,
+``("head",)`` (the newest checkpoint head)."""
+
+
 @dataclass
 class Process:
-    """One process's ports and its projections."""
+    """One process's ports and its projections, and how a foreign message gets into its
+    store (each binding writes one the way its store holds it)."""
 
     ports: StorePorts
     ledger: Ledger
     table: ScheduleTable
     identity: str
+    foreign: Foreign
 
 
 World = Callable[[str], contextlib.AbstractAsyncContextManager[Process]]
@@ -202,6 +210,134 @@ class PortsContract:
             for limit in (1, 7, 100):
                 assert_whole(await walk(read, limit), {r.run_id: r for r in made}.values(),
                              limit)
+
+    # ------------------------------------------------------------------ foreign messages
+
+    async def test_a_foreign_message_after_a_runs_event_is_skipped_and_written_after(
+        self, world: World
+    ) -> None:
+        dep = f"x{next(IDS)}"
+        async with world("a") as a, world("b") as b:
+            feed = b.ports.runs.feed(from_seq=await b.ports.runs.end() + 1)
+            await feed.subscribe()
+            try:
+                now = datetime.now(UTC)
+                stored = await a.ports.runs.create(created(dep, DUE, now), msg_id="m")
+                await a.foreign("run", dep, stored.run.run_id)
+                fetched = await b.ports.runs.fetch(dep, stored.run.run_id)
+                assert fetched == (stored.seq, stored.run)  # its last event of ours
+                claimed = runcore.claim(stored.run, holder="a", now=now)
+                seq = await a.ports.runs.append(stored.seq, claimed)  # after the foreign one
+                assert await b.ports.runs.find(stored.run.run_id) == (seq, claimed.run)
+                await eventually(lambda: b.ledger.get(stored.run.run_id) == claimed.run,
+                                 timeout=10)
+                assert feed.poisoned == 1  # skipped and counted, never applied
+                with pytest.raises(Conflict):  # a writer behind the Run still loses
+                    await b.ports.runs.append(stored.seq, runcore.claim(stored.run,
+                                                                       holder="b", now=now))
+            finally:
+                await feed.stop()
+
+    async def test_a_run_whose_subject_holds_only_foreign_messages_is_created_once(
+        self, world: World
+    ) -> None:
+        dep = f"y{next(IDS)}"
+        async with world("a") as a, world("b") as b:
+            run_id = scheduled_run_id(dep, DUE)
+            await a.foreign("run", dep, run_id)
+            assert await b.ports.runs.fetch(dep, run_id) is None
+            now = datetime.now(UTC)
+            results = await asyncio.gather(*(
+                p.ports.runs.create(created(dep, DUE, now + timedelta(microseconds=i)),
+                                    msg_id=f"m{i}")
+                for i, p in enumerate((a, b))))
+            assert sorted(r.created for r in results) == [False, True]
+            assert results[0].run == results[1].run
+            first = await b.ports.runs.first_stored_at(dep, run_id)
+            assert first is not None
+
+    async def test_a_schedule_whose_last_message_is_foreign_is_read_changed_and_followed(
+        self, world: World
+    ) -> None:
+        dep = f"z{next(IDS)}"
+        async with world("a") as a:
+            at = datetime.now(UTC)
+
+            def applied(version: int):  # type: ignore[no-untyped-def]
+                return lambda current: schedulecore.decide_apply(
+                    current, Schedule(dep, dep, "0 3 * * *", "UTC", True, PAYLOAD, version),
+                    now=at, actor="contract")
+
+            await a.ports.schedules.write(dep, applied(1))
+            await a.foreign("schedule", dep)
+            assert (await a.ports.schedules.read(dep)).version == 1  # type: ignore[union-attr]
+            async with world("b") as b:  # a start: the feed's replay meets the foreign one
+                seen: dict[str, int] = {}
+                feed = b.ports.schedules.feed(
+                    lambda seq, record: seen.__setitem__(record.deployment_id, record.version))
+                await feed.subscribe()
+                try:
+                    await feed.caught_up(10)
+                    await b.ports.schedules.settled()
+                    assert seen.get(dep) == 1
+                    assert (await b.ports.schedules.write(dep, applied(2))).version == 2  # type: ignore[union-attr]
+                    await eventually(lambda: seen.get(dep) == 2, timeout=10)
+                finally:
+                    await feed.stop()
+
+    async def test_a_foreign_index_entry_is_skipped_by_every_page(self, world: World) -> None:
+        dep = f"i{next(IDS)}"
+        async with world("a") as a, world("b") as b:
+            at = datetime.now(UTC)
+            made = []
+            for n in range(6):
+                due = DUE + timedelta(days=n)
+                announced = await a.ports.runs.announce(created(dep, due, at).run)
+                event = runcore.indexed(created(dep, due, at), announced.index_seq,
+                                        announced.created_at)
+                made.append((await a.ports.runs.create(
+                    event, msg_id=scheduled_create_msg_id(dep, due))).run)
+                if n in (0, 2, 5):
+                    await a.foreign("index", dep)  # first, between, last
+
+            async def read(before: str | None, limit: int) -> list[RunRecord]:
+                page = await b.ports.history.page(dep, limit, before, None, datetime.now(UTC))
+                return page.runs
+
+            for limit in (1, 4, 100):
+                assert_whole(await walk(read, limit), made, limit)
+
+    async def test_a_foreign_lease_value_is_anyones_to_take_at_once(self, world: World) -> None:
+        async with world("a") as a, world("b") as b:
+            run_id = f"l{next(IDS)}"
+            await a.foreign("lease", run_id)
+            current = await b.ports.leases.current(run_id)
+            assert current is not None and b.ports.leases.expired(current[1])
+            taken = await b.ports.leases.acquire(run_id)
+            assert taken is not None and taken[0].value.holder == b.identity
+            fresh = f"l{next(IDS)}"
+            await a.foreign("lease", fresh)
+            announced = await a.ports.runs.announce(created(fresh, DUE, datetime.now(UTC)).run)
+            assert announced.lease is None or announced.lease.value.holder == a.identity
+
+    async def test_a_foreign_checkpoint_head_is_skipped_and_written_after(
+        self, world: World
+    ) -> None:
+        async with world("a") as a:
+            checkpoints = a.ports.checkpoints
+            assert checkpoints is not None
+            created_at = await checkpoints.journal_created()
+            first = await checkpoints.write(table_entries(3), schedules_seq=9,
+                                            schedules_created=created_at, previous=0, by="a",
+                                            now=datetime.now(UTC))
+            assert first is not None
+            await a.foreign("head")
+            latest = await checkpoints.latest()
+            assert latest is not None and latest[1] == first
+            second = await checkpoints.write(table_entries(4), schedules_seq=12,
+                                             schedules_created=created_at, previous=latest[0],
+                                             by="a", now=datetime.now(UTC))
+            assert second is not None and (await checkpoints.latest())[1] == second  # type: ignore[index]
 
     # ------------------------------------------------------------------ the leases
 
@@ -402,8 +538,18 @@ class TestJetStreamPorts(PortsContract):
             ledger, table = Ledger(), ScheduleTable()
             ports = JetStreamPorts(store, ledger=ledger, table=table, clock=Clock(),
                                    identity=identity)
+            names = store.names
+
+            async def foreign(kind: str, *ids: str) -> None:
+                subject = {"run": lambda: names.run_subject(*ids),
+                           "schedule": lambda: names.schedule_subject(*ids),
+                           "index": lambda: names.index_subject(*ids),
+                           "lease": lambda: names.lease_subject(*ids),
+                           "head": lambda: names.checkpoint_head_subject}[kind]()
+                await store.js.publish(subject, b'{"type":"io.nats.jetstream.api.v1.x"}')
+
             try:
-                yield Process(ports, ledger, table, identity)
+                yield Process(ports, ledger, table, identity, foreign)
             finally:
                 await ports.close()
 
@@ -417,11 +563,18 @@ class TestMemoryPorts(PortsContract):
     def world(self) -> World:
         store = MemoryStore(clock=Clock(), latency=lambda: 0.0005)
 
+        async def foreign(kind: str, *ids: str) -> None:
+            {"run": lambda: store.foreign_run(*ids),
+             "schedule": lambda: store.foreign_schedule(*ids),
+             "index": lambda: store.foreign_index(*ids),
+             "lease": lambda: store.foreign_lease(*ids),
+             "head": store.foreign_checkpoint_head}[kind]()
+
         @contextlib.asynccontextmanager
         async def process(identity: str) -> AsyncIterator[Process]:
             ledger, table = Ledger(), ScheduleTable()
             yield Process(MemoryPorts(store, ledger=ledger, table=table, clock=Clock(),
                                       identity=identity, lease_seconds=LEASE, beat_seconds=0.2),
-                          ledger, table, identity)
+                          ledger, table, identity, foreign)
 
         return process

@@ -43,6 +43,9 @@ from .foreign import ForeignMessage, schedule_event_on
 
 log = logging.getLogger(__name__)
 
+REPAIRS_AT_ONCE = 16
+"""Schedules read again at once after foreign messages (a flood of them waits its turn)."""
+
 MAX_DECISIONS = 50
 """How often one change is decided again after losing a race before it gives up. Each lost
 race means another writer's change was stored, so this bounds livelock, not waiting."""
@@ -72,7 +75,9 @@ class ScheduleLog:
         self._table = table
         self._names = store.names
         self._on_stale = on_stale or (lambda: None)
-        self._repairs: set[asyncio.Task[None]] = set()
+        self._repairs: dict[str, asyncio.Task[None]] = {}
+        """Subject -> its read after a foreign message (one at a time per subject)."""
+        self._repairing = asyncio.Semaphore(REPAIRS_AT_ONCE)
 
     async def read(self, deployment_id: str) -> ScheduleRecord | None:
         """The Schedule as the stream leader has it (also applied to the table), or None."""
@@ -230,7 +235,7 @@ class ScheduleLog:
             try:
                 event = schedule_event_on(subject, data)
             except ForeignMessage:
-                self._repair(subject)
+                self._repair(subject, on_schedule)
                 raise
             on_schedule(seq, event.schedule)
 
@@ -242,19 +247,24 @@ class ScheduleLog:
     async def settled(self) -> None:
         """Return once the Schedules repaired after a foreign message are read again."""
         while self._repairs:
-            await asyncio.gather(*self._repairs, return_exceptions=True)
+            await asyncio.gather(*self._repairs.values(), return_exceptions=True)
 
-    def _repair(self, subject: str) -> None:
+    def _repair(self, subject: str, on_schedule: OnSchedule) -> None:
         """A foreign message was followed on ``subject``: read the Schedule's last event of
-        ours from the leader into the table, in the background (the feed delivered only the
+        ours from the leader and deliver it, in the background (the feed delivered only the
         foreign one when it was the subject's last, at a start)."""
-        task = asyncio.get_running_loop().create_task(self._repaired(subject))
-        self._repairs.add(task)
-        task.add_done_callback(self._repairs.discard)
+        if subject in self._repairs:
+            return  # its read is on its way: it finds the newest state
+        task = asyncio.get_running_loop().create_task(self._repaired(subject, on_schedule))
+        self._repairs[subject] = task
+        task.add_done_callback(lambda _: self._repairs.pop(subject, None))
 
-    async def _repaired(self, subject: str) -> None:
+    async def _repaired(self, subject: str, on_schedule: OnSchedule) -> None:
         try:
-            await self._leader_state(subject)
+            async with self._repairing:
+                seq, record = await self._leader_state(subject)
+            if record is not None:
+                on_schedule(seq, record)
         except Exception:  # the next read or write of that Schedule reads it again
             log.warning("could not read the schedule on %s after a foreign message", subject,
                         exc_info=log.isEnabledFor(logging.DEBUG))

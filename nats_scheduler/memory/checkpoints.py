@@ -15,7 +15,7 @@ from datetime import datetime
 
 from ..ports.checkpoints import CheckpointHead, CheckpointRow, CheckpointUnusable, Entry
 from .retry import retrying
-from .store import MemoryStore
+from .store import Foreign, MemoryStore
 
 PART_ROWS = 1_000
 """Rows per part (a part is one operation)."""
@@ -38,8 +38,9 @@ class MemoryCheckpoints:
 
     async def latest(self) -> tuple[int, CheckpointHead] | None:
         await self._operation("could not read a checkpoint")
-        heads = self._shelf.heads
-        return heads[-1] if heads else None
+        ours = [(seq, head) for seq, head in self._shelf.heads
+                if not isinstance(head, Foreign)]  # a foreign one is skipped
+        return ours[-1] if ours else None
 
     async def rows(self, head: CheckpointHead) -> AsyncGenerator[list[CheckpointRow], None]:
         count = 0
@@ -70,7 +71,8 @@ class MemoryCheckpoints:
         except BaseException:
             shelf.parts.pop(checkpoint_id, None)
             raise
-        newest = shelf.heads[-1][0] if shelf.heads else 0
+        ours = [seq for seq, head in shelf.heads if not isinstance(head, Foreign)]
+        newest = ours[-1] if ours else 0  # written after any foreign one, as JetStream's
         if newest != previous:  # another writer's head came after the one read
             shelf.parts.pop(checkpoint_id, None)
             return None

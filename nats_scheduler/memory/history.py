@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from ..core.events import RunRecord
 from ..ports.history import Indexed, IndexEntry, IndexPosition, Page
 from .retry import retrying
-from .store import MemoryStore
+from .store import Foreign, MemoryStore, last_ours
 
 TICK = timedelta(microseconds=1)
 DUPLICATE_WINDOW = timedelta(minutes=2)
@@ -43,13 +43,14 @@ class MemoryHistory:
     # ------------------------------------------------------------------ the entries
 
     def _entries(self, deployment_id: str) -> list[tuple[int, datetime, IndexEntry, str]]:
-        """The deployment's retained entries, trimmed as the store's clock has moved."""
+        """The deployment's retained entries, trimmed as the store's clock has moved; a
+        foreign message holds its place in the retention and is skipped by every reader."""
         entries = self._store.index.get(deployment_id, [])
         cut = self._store.now() - timedelta(days=self._store.retention_days)
         keep = [e for e in entries if e[1] >= cut][-self._store.retention_runs:]
         if len(keep) != len(entries):
             self._store.index[deployment_id] = keep
-        return keep
+        return [e for e in keep if not isinstance(e[2], Foreign)]  # type: ignore[misc]
 
     async def announce(self, record: RunRecord) -> IndexPosition:
         await self._store.operation()
@@ -84,10 +85,9 @@ class MemoryHistory:
     # ------------------------------------------------------------------ reading
 
     def _state(self, run_id: str) -> tuple[int, RunRecord] | None:
-        events = self._store.runs.get(run_id)
-        if not events:
+        last = last_ours(self._store.runs.get(run_id))
+        if last is None:
             return None
-        last = events[-1]
         return last.seq, last.event.run  # type: ignore[union-attr]
 
     async def page(self, deployment_id: str, limit: int, before: str | None,

@@ -16,8 +16,8 @@ from datetime import timedelta
 import msgspec
 
 from ..clock import Clock
-from ..ports.leases import FREE, Lease, LeaseValue
-from .store import LeaseSlot, MemoryStore, StoreDown
+from ..ports.leases import FREE, UNREADABLE, Lease, LeaseValue
+from .store import Foreign, LeaseSlot, MemoryStore, StoreDown
 
 OPEN_KEY_TTL_MIN = 60.0
 """Seconds an open lease lives after its last write, at least (as the JetStream table)."""
@@ -58,10 +58,18 @@ class MemoryLeases:
         self._store.leases[run_id] = LeaseSlot(revision, value, expires)
         return revision
 
+    def _held(self, run_id: str, slot: LeaseSlot) -> LeaseValue:
+        """A slot's lease; a foreign value (jetstream/foreign.py) is nobody's: UNREADABLE."""
+        if isinstance(slot.value, Foreign):
+            now = self._clock.now()
+            return LeaseValue(run_id=run_id, holder=UNREADABLE, expires_at=now,
+                              acquired_at=now)
+        return slot.value
+
     async def announce(self, run_id: str) -> Lease | None:
         await self._store.operation()
         slot = self._slot(run_id)
-        if slot is not None:
+        if slot is not None and not isinstance(slot.value, Foreign):  # a foreign one: taken
             if slot.value.holder != self.identity:
                 return None
             return Lease(run_id, run_id, slot.revision, slot.value)  # ours: a resend
@@ -88,7 +96,7 @@ class MemoryLeases:
         self._seen[run_id] = (revision, first, now)
 
     def expired(self, value: LeaseValue) -> bool:
-        if value.holder == FREE:
+        if value.holder in (FREE, UNREADABLE):
             return True
         seen = self._seen.get(value.run_id)
         return seen is not None and self._elapsed() - seen[1] >= self.lease_seconds
@@ -100,7 +108,7 @@ class MemoryLeases:
             self._seen.pop(run_id, None)
             return None
         self._observe(run_id, slot.revision)
-        return slot.revision, slot.value
+        return slot.revision, self._held(run_id, slot)
 
     async def acquire(self, run_id: str) -> tuple[Lease, str | None] | None:
         try:
@@ -112,12 +120,12 @@ class MemoryLeases:
                 self._store.answered()
                 return Lease(run_id, run_id, revision, value), None
             self._observe(run_id, slot.revision)
-            held = slot.value
+            read, held = slot.revision, self._held(run_id, slot)
             if held.holder != self.identity and not self.expired(held):
                 return None
             await self._store.operation()
             slot = self._slot(run_id)
-            if slot is None or slot.value is not held:
+            if slot is None or slot.revision != read:
                 return None  # moved on meanwhile: another taker won
             revision = self._write(run_id, value)
             self._store.answered()
@@ -155,5 +163,5 @@ class MemoryLeases:
 
     async def open_runs(self) -> dict[str, LeaseValue]:
         await self._store.operation()
-        return {run_id: slot.value for run_id in list(self._store.leases)
+        return {run_id: self._held(run_id, slot) for run_id in list(self._store.leases)
                 if (slot := self._slot(run_id)) is not None}

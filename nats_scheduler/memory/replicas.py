@@ -62,7 +62,7 @@ class MemoryMembers:
                                    wall_acked=self._wall()))
 
     def _watched(self, identity: str, slot: ReplicaSlot | None) -> None:
-        if slot is None:
+        if slot is None or slot.value != identity.encode():  # gone, or foreign: no replica
             self._seen.pop(identity, None)
         else:
             stamp = slot.stored_at.timestamp()

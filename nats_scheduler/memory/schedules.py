@@ -15,11 +15,12 @@ from datetime import datetime
 from ..core.events import ScheduleRecord
 from ..core.schedulecore import PlannedWrite
 from ..names import schedule_event_msg_id
+from ..ports.foreign import ForeignMessage
 from ..ports.schedules import Decide, OnSchedule, ScheduleCopies
 from ..seam import SchedulerUnavailable
 from .feeds import MemoryFeed
 from .retry import retrying
-from .store import MemoryStore, StoredEvent
+from .store import Foreign, MemoryStore, StoredEvent, last_ours
 
 MAX_DECISIONS = 50
 
@@ -36,8 +37,9 @@ class MemorySchedules:
         self._decisions = itertools.count(1)
 
     def _last(self, deployment_id: str) -> StoredEvent | None:
-        events = self._store.schedules.get(deployment_id)
-        return events[-1] if events else None
+        """The Schedule's last event of ours: foreign messages after it are stepped over, a
+        write goes after them (as the JetStream journal: jetstream/foreign.py)."""
+        return last_ours(self._store.schedules.get(deployment_id))
 
     async def read(self, deployment_id: str) -> ScheduleRecord | None:
         await retrying("could not read", self._store.operation, self._retry_seconds)
@@ -94,7 +96,8 @@ class MemorySchedules:
         for stored in self._store.schedules.get(deployment_id, []):
             if stored.stored_at > instant:
                 break
-            state = stored.event.schedule  # type: ignore[union-attr]
+            if not isinstance(stored.event, Foreign):
+                state = stored.event.schedule
         return state
 
     async def end_once(self) -> int:
@@ -108,11 +111,22 @@ class MemorySchedules:
              on_skip: Callable[[], None] | None = None, after: int | None = None
              ) -> MemoryFeed:
         def replay() -> list[StoredEvent]:
-            return sorted((events[-1] for events in self._store.schedules.values()
-                           if events and events[-1].seq > (after or 0)),
+            # the last message of each Schedule, and when that is foreign (skipped) the last
+            # of ours before it, as the JetStream feed reads it again
+            last: list[StoredEvent] = []
+            for events in self._store.schedules.values():
+                if not events:
+                    continue
+                last.append(events[-1])
+                ours = last_ours(events)
+                if ours is not None and ours is not events[-1]:
+                    last.append(ours)
+            return sorted((stored for stored in last if stored.seq > (after or 0)),
                           key=lambda stored: stored.seq)
 
         def apply(stored: StoredEvent) -> None:
-            on_schedule(stored.seq, stored.event.schedule)  # type: ignore[union-attr]
+            if isinstance(stored.event, Foreign):
+                raise ForeignMessage(f"#{stored.seq}", stored.event.why)  # skipped, counted
+            on_schedule(stored.seq, stored.event.schedule)
 
         return MemoryFeed(self._store.subscribe_schedules, apply, replay, on_skip)

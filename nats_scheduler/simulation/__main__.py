@@ -10,7 +10,11 @@ Each seed runs a cluster of ``--replicas`` real provider runtimes on the in-memo
 ``--hours`` simulated hours (:mod:`.scenario`) and ends with the invariant checker. The last
 line printed is the summary::
 
-    simulation: seeds=N simulated_hours=H runs=R faults=F violations=V wall_seconds=W
+    simulation: seeds=N simulated_hours=H runs=R faults=F foreign=M violations=V wall_seconds=W
+
+``foreign`` counts the foreign messages written (:mod:`.foreign_faults`; ``--no-foreign``
+leaves them out, as the seeds that found a bug ran): the checker named every one still
+stored, or V counts the ones it missed.
 
 Exit 1 when V > 0, after naming each failing seed with the command that replays it.
 ``--trace`` prints every simulated event first; a seed's trace is the same, byte for byte,
@@ -83,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mutation", choices=sorted(MUTATIONS), default=None,
                         help="switch a known bug on (the simulation must catch it)")
     parser.add_argument("--list-mutations", action="store_true")
+    parser.add_argument("--no-foreign", action="store_true",
+                        help="write no foreign messages (a seed's run as before that fault)")
     parser.add_argument("--jobs", type=int, default=_cpus(),
                         help="worker processes running seeds at once (default: the CPUs, "
                              "%(default)s here); 1: all in this process")
@@ -92,22 +98,25 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}\t{mutation.description}")
         return 0
     began = time.perf_counter()
-    totals = {"hours": 0.0, "runs": 0, "faults": 0, "violations": 0}
+    totals = {"hours": 0.0, "runs": 0, "faults": 0, "foreign": 0, "violations": 0}
     failing: list[int] = []
     seeds = range(args.seed, args.seed + args.seeds)
     outcomes = _outcomes(seeds, args.jobs, replicas=args.replicas, hours=args.hours,
                          schedules=args.schedules, trace=args.trace,
-                         mutation=args.mutation)  # a crash is the seed's violation
+                         mutation=args.mutation,
+                         foreign=not args.no_foreign)  # a crash is the seed's violation
     for seed, outcome in zip(seeds, outcomes, strict=True):
         if args.trace:
             print("\n".join(outcome.trace), flush=True)
         totals["hours"] += outcome.simulated_hours
         totals["runs"] += outcome.runs
         totals["faults"] += outcome.faults
+        totals["foreign"] += outcome.foreign
         totals["violations"] += len(outcome.violations)
         if outcome.violations:
             failing.append(seed)
             mutation = f" --mutation {args.mutation}" if args.mutation else ""
+            mutation += " --no-foreign" if args.no_foreign else ""
             print(f"seed {seed}: {len(outcome.violations)} violations, replay: python -m "
                   f"nats_scheduler.simulation --seed {seed} --seeds 1 --replicas "
                   f"{args.replicas} --hours {args.hours:g} --schedules {args.schedules}"
@@ -116,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {violation.line()}", flush=True)
     wall = time.perf_counter() - began
     print(f"simulation: seeds={args.seeds} simulated_hours={totals['hours']:g} "
-          f"runs={totals['runs']} faults={totals['faults']} "
+          f"runs={totals['runs']} faults={totals['faults']} foreign={totals['foreign']} "
           f"violations={totals['violations']} wall_seconds={wall:.1f}", flush=True)
     return 1 if totals["violations"] else 0
 

@@ -115,7 +115,24 @@ def _admit_before_session_stored() -> Callable[[], None]:
     return _patch(Dispatcher, "_attempt", attempt)
 
 
+def _foreign_taken_for_a_run() -> Callable[[], None]:
+    """A Run's journal takes its subject's very last message for the Run, foreign or not:
+    a foreign message on a Run's subject refuses its holder's next append, and one on a
+    Run about to be created breaks its create (the JetStream journal before it read past
+    them)."""
+    from ..memory import runs
+    from ..memory.store import StoredEvent
+
+    def last_message(events: list[StoredEvent] | None) -> StoredEvent | None:
+        return events[-1] if events else None
+
+    return _patch(runs, "last_ours", last_message)
+
+
 MUTATIONS.update({
+    "foreign-taken-for-a-run": Mutation(
+        "a Run's journal takes a foreign message on its subject for the Run's last event",
+        _foreign_taken_for_a_run),
     "create-without-expected-sequence": Mutation(
         "a Run's create is stored even when the Run exists (no uniqueness constraint)",
         _create_without_expected_sequence),

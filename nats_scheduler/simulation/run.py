@@ -14,15 +14,18 @@ from .scenario import Outcome, Scenario
 
 
 def run_seed(seed: int, *, replicas: int = 3, hours: float = 1.0, schedules: int = 100,
-             trace: bool = False, mutation: str | None = None) -> Outcome:
-    """Simulate ``seed`` (a fresh loop, store and cluster) and judge it."""
+             trace: bool = False, mutation: str | None = None,
+             foreign: bool = True) -> Outcome:
+    """Simulate ``seed`` (a fresh loop, store and cluster) and judge it; ``foreign``: with
+    the foreign messages of :mod:`.foreign_faults` (off: a seed's run as before them)."""
     loop = VirtualTimeLoop()
     loop.set_task_factory(owner_task_factory)  # type: ignore[arg-type]
     logging.disable(logging.CRITICAL)  # replicas log their faults: the verdict is the output
     try:
         with switched_on(mutation):
             return loop.run_until_complete(_simulate(
-                seed, replicas=replicas, hours=hours, schedules=schedules, trace=trace))
+                seed, replicas=replicas, hours=hours, schedules=schedules, trace=trace,
+                foreign=foreign))
     except Exception as exc:  # the simulation itself failed: that seed's finding
         return Outcome(seed, hours, 0, 0, [Violation(
             "simulation", f"seed {seed}", f"{type(exc).__name__}: {exc}")])

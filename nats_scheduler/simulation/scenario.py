@@ -23,10 +23,12 @@ from datetime import timedelta
 from ..admin.invariant_inputs import History, Options, StoredEvent, Window
 from ..admin.invariant_report import Violation
 from ..admin.invariants import check
-from ..memory.store import MemoryStore
+from ..memory.store import Foreign, MemoryStore
+from ..memory.store import StoredEvent as StoredEventOfStore
 from ..names import Names
 from ..seam import EnqueueRequest, RunPayload, Schedule, SchedulerError, Trigger
 from .cluster import PREFIX, SIM_SETTINGS, Cluster, Replica
+from .foreign_faults import ForeignFaults, judged
 from .handler import SimHandler
 from .loop import StoreClock
 
@@ -51,6 +53,9 @@ class Outcome:
     faults: int
     violations: list[Violation]
     trace: list[str] = field(default_factory=list)
+    foreign: int = 0
+    """Foreign messages written (:mod:`.foreign_faults`); the checker named every one still
+    stored, or ``violations`` says which it missed."""
 
 
 def _schedules(rng: random.Random, count: int) -> list[Schedule]:
@@ -64,7 +69,7 @@ class Scenario:
     """One seed's cluster, plan and verdict."""
 
     def __init__(self, seed: int, *, replicas: int = 3, hours: float = 1.0,
-                 schedules: int = 100, trace: bool = False) -> None:
+                 schedules: int = 100, trace: bool = False, foreign: bool = True) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         random.seed(seed)  # the runtime's own jitter (retry backoff) draws from it
@@ -90,6 +95,8 @@ class Scenario:
         self.faults = 0
         self._outages: list[tuple[float, float]] = []
         self._versions = {s.deployment_id: 1 for s in self.schedules}
+        self.foreign = ForeignFaults(self.store, random.Random(f"foreign {seed}"),
+                                     Names(PREFIX), self.trace) if foreign else None
 
     def trace(self, line: str) -> None:
         if self._tracing:
@@ -104,10 +111,14 @@ class Scenario:
         loop = asyncio.get_running_loop()
         plan = sorted((self.rng.uniform(30.0, end - 60.0), self.rng.choice(FAULTS))
                       for _ in range(max(1, int(self.hours * 12))))
+        foreign = None if self.foreign is None else asyncio.ensure_future(
+            self._foreign_messages(end))
         for at, kind in plan:
             await asyncio.sleep(max(0.0, at - loop.time()))
             await self._fault(kind)
         await asyncio.sleep(max(0.0, end - loop.time()))
+        if foreign is not None:
+            await foreign
         self.store.down_for(0.0)
         for replica in self.cluster.replicas:
             self.cluster.resume(replica)
@@ -118,6 +129,36 @@ class Scenario:
         for replica in self.cluster.replicas:
             await self.cluster.stop(replica)
         return self._verdict()
+
+    async def _foreign_messages(self, end: float) -> None:
+        """The foreign messages of this seed, at times of their own (:mod:`.foreign_faults`),
+        a few per simulated hour; one on a Schedule AstraBox changes right after."""
+        assert self.foreign is not None
+        rng, loop = self.foreign.rng, asyncio.get_running_loop()
+        for at in sorted(rng.uniform(30.0, end - 60.0)
+                         for _ in range(max(1, int(self.hours * 12)))):
+            await asyncio.sleep(max(0.0, at - loop.time()))
+            changing = self.foreign.inject(
+                self.schedules, [r.identity for r in self.cluster.replicas], self.store.now())
+            if changing is not None:
+                await self._change(changing, rng)
+
+    async def _change(self, dep: str, rng: random.Random) -> None:
+        """AstraBox edits ``dep`` through a live replica (drawn from ``rng``)."""
+        running = [r for r in self.cluster.running if r.provider is not None
+                   and r.resumed is not None and r.resumed.is_set()]
+        index = next((i for i, s in enumerate(self.schedules) if s.deployment_id == dep), None)
+        if not running or index is None:
+            return
+        replica, old = rng.choice(running), self.schedules[index]
+        self._versions[dep] += 1
+        schedule = Schedule(dep, dep, rng.choice([c for c, _ in CALENDARS]), old.timezone,
+                            old.enabled, old.payload, self._versions[dep])
+        self.schedules[index] = schedule
+        try:
+            await replica.call(replica.provider.apply(schedule))  # type: ignore[union-attr]
+        except SchedulerError as exc:
+            self.trace(f"astrabox change {dep} refused: {type(exc).__name__}")
 
     async def _reconcile(self, replica: Replica) -> None:
         """AstraBox at a replica's start: every stored Schedule, as it stands."""
@@ -262,18 +303,29 @@ class Scenario:
 
     def _verdict(self) -> Outcome:
         names = Names(PREFIX)
-        runs = [StoredEvent(e.seq, names.run_subject(self.store.run_deployments[run_id], run_id),
-                            e.stored_at, e.event)
+        runs = [_stored(e, names.run_subject(self.store.run_deployments[run_id], run_id))
                 for run_id, events in self.store.runs.items() for e in events]
         runs.sort(key=lambda e: e.seq)
-        schedules = sorted((StoredEvent(e.seq, names.schedule_subject(dep), e.stored_at, e.event)
+        schedules = sorted((_stored(e, names.schedule_subject(dep))
                             for dep, events in self.store.schedules.items() for e in events),
                            key=lambda e: e.seq)
         history = History(PREFIX, runs, schedules,
-                          {run_id: slot.value for run_id, slot in self.store.leases.items()},
-                          read_at=self.store.now())
+                          {run_id: slot.value for run_id, slot in self.store.leases.items()
+                           if not isinstance(slot.value, Foreign)},
+                          read_at=self.store.now(),
+                          foreign=[] if self.foreign is None else self.foreign.others())
         report = check(history, Options(
             calls=self.handler.calls, windows=self.cluster.windows(), grace=120.0, margin=5.0,
             lease_seconds=float(SIM_SETTINGS["lease_seconds"])))
-        return Outcome(self.seed, self.hours, len(self.store.runs), self.faults,
-                       list(report.violations), self.lines)
+        violations = list(report.violations)
+        if self.foreign is not None:
+            violations = judged(violations, self.foreign.stored())
+        return Outcome(self.seed, self.hours, len(self.store.runs), self.faults, violations,
+                       self.lines, 0 if self.foreign is None else self.foreign.injected)
+
+
+def _stored(stored: StoredEventOfStore, subject: str) -> StoredEvent:
+    """A journal's stored event as the checker reads it (a foreign one does not decode)."""
+    if isinstance(stored.event, Foreign):
+        return StoredEvent(stored.seq, subject, stored.stored_at, None, stored.event.why)
+    return StoredEvent(stored.seq, subject, stored.stored_at, stored.event)
