@@ -195,6 +195,9 @@ class ReplicaMetrics(msgspec.Struct, frozen=True, kw_only=True):
     (at most 120; empty from replicas older than the field)."""
     schedules_refused: dict[str, int] = {}
     """Schedules its reconcile refused that still stand refused, by kind (``refused``)."""
+    foreign: list[str] = []
+    """The latest foreign messages its readers skipped (``<subject>#<seq> (<stream>): why``;
+    docs/failure-modes.md, "Foreign messages"); empty from replicas older than the field."""
 
 
 class ReplicaView(msgspec.Struct, frozen=True, kw_only=True):

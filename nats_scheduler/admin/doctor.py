@@ -26,6 +26,7 @@ import msgspec
 
 from ..clock import SystemClock
 from ..core.herd import busiest_minute
+from ..jetstream.event_reads import stream_batches
 from ..jetstream.probes import (
     AccountUsage,
     NoAnswer,
@@ -48,6 +49,7 @@ from .doctor_checks import (
     admin_service_check,
     clock_check,
     durability_check,
+    foreign_check,
     herd_check,
     parse_varz,
     permissions_check,
@@ -55,6 +57,7 @@ from .doctor_checks import (
     retention_check,
     version_check,
 )
+from .foreign_scan import foreign_in, judges
 from .reader import REPLICA_STATUS_ENDPOINT, StoreReader
 
 __all__ = [
@@ -168,17 +171,24 @@ async def _durability(monitor_url: str | None, declared: bool) -> Check:
     return durability_check(list(nodes), declared)
 
 
+class _Metrics(msgspec.Struct):
+    foreign: list[str] = []
+
+
 class _Replica(msgspec.Struct):
     identity: str
     server_offset: float | None = None
+    metrics: _Metrics | None = None
 
 
 @dataclass(frozen=True)
 class _Offsets:
-    """What the replicas that answered said of their host clocks against the store's."""
+    """What the replicas that answered said of their host clocks against the store's, and
+    of the foreign messages their readers skipped."""
 
     measured: dict[str, float]
     unmeasured: list[str]
+    foreign: dict[str, list[str]]
 
 
 async def _replica_clocks(probe: ServerProbe, names: Names) -> _Offsets | str:
@@ -194,12 +204,13 @@ async def _replica_clocks(probe: ServerProbe, names: Names) -> _Offsets | str:
         if answers.why == Unanswered.REFUSED:
             return "this user may not ask the replicas (admin replica.status)"
         return "no scheduler process answered (the admin service check says which are alive)"
-    found = _Offsets(measured={}, unmeasured=[])
+    found = _Offsets(measured={}, unmeasured=[], foreign={})
     for data in answers:
         try:
             replica = msgspec.json.decode(data, type=_Replica)
         except (msgspec.ValidationError, msgspec.DecodeError):
             continue
+        found.foreign[replica.identity] = replica.metrics.foreign if replica.metrics else []
         if replica.server_offset is None:
             found.unmeasured.append(replica.identity)
         else:
@@ -207,13 +218,32 @@ async def _replica_clocks(probe: ServerProbe, names: Names) -> _Offsets | str:
     return found if found.measured or found.unmeasured else "no scheduler process answered"
 
 
-async def _clock(probe: ServerProbe, names: Names) -> tuple[Check, int | None]:
-    """The clock check, and how many replicas answered (None: unknown)."""
+async def _clock(probe: ServerProbe, names: Names
+                 ) -> tuple[Check, int | None, dict[str, list[str]] | None]:
+    """The clock check, how many replicas answered (None: unknown), and the foreign
+    messages each said its readers skipped (None: none answered)."""
     found = await _replica_clocks(probe, names)
     if isinstance(found, str):
-        return clock_check(None, reason=found), None
+        return clock_check(None, reason=found), None, None
     return (clock_check(found.measured, found.unmeasured),
-            len(found.measured) + len(found.unmeasured))
+            len(found.measured) + len(found.unmeasured), found.foreign)
+
+
+async def _foreign(probe: ServerProbe, names: Names,
+                   seen: dict[str, list[str]] | None) -> Check:
+    """The foreign messages the replicas met, and those of the buckets and outage records
+    (small: read whole here; the events and the index are ``nats-scheduler check``'s)."""
+    found: list[str] = []
+    try:
+        for stream, subjects, judge in judges(names):
+            if stream in (names.index_stream, names.checkpoints_stream):
+                continue
+            async for batch in stream_batches(probe.nc, stream, subjects, timeout=_TIMEOUT):
+                found += [f"{v.subject} ({stream})" for stored in batch
+                          if (v := foreign_in(stream, stored, judge)) is not None]
+    except Exception:  # not readable by this user: what the replicas said stands
+        return foreign_check(seen, None)
+    return foreign_check(seen, found)
 
 
 async def _admin_service(probe: ServerProbe, names: Names) -> Check:
@@ -258,8 +288,9 @@ async def run_doctor(settings: NatsSettings, *, monitor_url: str | None = None) 
         checks.append(replication_check(cluster, probe.nodes, replicas, settings.replicas))
         checks.append(await _durability(monitor_url, settings.server_sync_always))
         checks.append(permissions_check(await probe.capabilities(names)))
-        clock, live = await _clock(probe, names)
+        clock, live, foreign = await _clock(probe, names)
         checks.append(clock)
+        checks.append(await _foreign(probe, names, foreign))
         checks.append(await _admin_service(probe, names))
         checks.append(await _herd(probe, settings, live))
         return DoctorReport(checks)

@@ -335,3 +335,31 @@ def admin_service_check(live: Mapping[str, str | None] | None, reason: str = "")
     if any(serving_of(w) not in _BENIGN for w in apart.values()):
         return Check(ADMIN_SERVICE_CHECK, Status.WARN, detail)
     return Check(ADMIN_SERVICE_CHECK, Status.OK, detail)
+
+
+FOREIGN_CHECK = "foreign messages"
+FOREIGN_SHOWN = 5
+"""Foreign messages the check names (``nats-scheduler check`` lists every one)."""
+
+
+def foreign_check(seen: Mapping[str, Sequence[str]] | None, found: Sequence[str] | None,
+                  ) -> Check:
+    """Messages in the store that are not the scheduler's own (jetstream/foreign.py): the
+    latest ones each live replica's readers skipped (identity -> ``subject#seq (kind): why``;
+    None: none answered) and those ``found`` in the buckets and outage records (None: not
+    readable by this user). FAIL when there is any: nothing is wedged by one, but something
+    with the scheduler's login wrote it, or a newer release, or the disk damaged it."""
+    named = sorted({*(m for messages in (seen or {}).values() for m in messages),
+                    *(found or ())})
+    if named:
+        listed = "; ".join(named[:FOREIGN_SHOWN])
+        more = f"; and {len(named) - FOREIGN_SHOWN} more" if len(named) > FOREIGN_SHOWN else ""
+        return Check(FOREIGN_CHECK, Status.FAIL,
+                     f"{len(named)} found: {listed}{more}. Every reader skips them; "
+                     "`nats-scheduler check` lists them all, docs/failure-modes.md "
+                     "(\"Foreign messages\") says how to remove them")
+    if seen is None and found is None:
+        return Check(FOREIGN_CHECK, Status.WARN, "unknown: no replica answered and the "
+                     "buckets could not be read")
+    return Check(FOREIGN_CHECK, Status.OK, "none seen by the replicas that answered, none in "
+                 "the buckets and outage records (`nats-scheduler check` reads every event)")

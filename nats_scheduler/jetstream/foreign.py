@@ -146,12 +146,13 @@ def is_ours(judge: Callable[[str, bytes], object], subject: str, data: bytes) ->
 class ForeignLog:
     """Counts the foreign messages one process met, once each, and warns once per subject.
 
-    ``count`` is told the stream's kind (``schedules``, ``runs``, ``index``, ``leases``,
-    ``replicas``, ``outages``, ``checkpoints``) of each one not met before: the provider's
-    metric. :attr:`counts` and :attr:`last` are the same figures for ``replica.status``.
+    ``count`` is told of each one not met before: the stream's kind (``schedules``,
+    ``runs``, ``index``, ``leases``, ``replicas``, ``outages``, ``checkpoints``) and the
+    message (``<subject>#<seq> (<kind>): <why>``), for the provider's metric and
+    ``replica.status``. :attr:`counts` and :attr:`last` are the same, kept here.
     """
 
-    def __init__(self, count: Callable[[str], None] | None = None) -> None:
+    def __init__(self, count: Callable[[str, str], None] | None = None) -> None:
         self._count = count
         self.counts: Counter[str] = Counter()
         self.last: str | None = None
@@ -168,7 +169,7 @@ class ForeignLog:
         self.counts[kind] += 1
         self.last = f"#{seq} on {subject}: {reason}"
         if self._count is not None:
-            self._count(kind)
+            self._count(kind, f"{subject}#{seq} ({kind}): {reason}")
         if subject not in self._warned:
             _remember(self._warned, subject)
             log.warning("skipped a message that is not the scheduler's own (#%d on %s: %s); "

@@ -74,13 +74,13 @@ class JetStreamPorts:
 
 async def open_store(settings: NatsSettings, identity: str, *,
                      count_error: Callable[[str], None] | None = None,
-                     count_foreign: Callable[[str], None] | None = None,
+                     count_foreign: Callable[[str, str], None] | None = None,
                      before_ensure: Callable[[Store], Awaitable[None]] | None = None) -> Store:
     """Connect as ``identity``, check the server and prepare the streams and the lease
     bucket (``SchedulerUnavailable``, ``SchedulerConfigurationError``). ``before_ensure``
     reads the store as it was before this process changed anything (the outage record's
-    last writes). ``count_foreign`` hears of each foreign message a reader skips, by the
-    kind of its stream (jetstream/foreign.py)."""
+    last writes). ``count_foreign`` hears of each foreign message a reader skips: the kind
+    of its stream, and which (jetstream/foreign.py)."""
     violations = ViolationLog()  # the admin service, if it serves here, checks with it
     store = Store(await connect(settings, identity, error_cb=violations.on_error), settings,
                   count_error=count_error, violations=violations,

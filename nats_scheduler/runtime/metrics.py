@@ -46,6 +46,9 @@ FailureReason = Literal["permanent", "exhausted", "paused"]
 LATENESS_WINDOW = 1000
 """The snapshot's lateness percentiles are over this many latest firings per stage."""
 
+RECENT_FOREIGN = 20
+"""The latest foreign messages ``replica.status`` names (``doctor`` shows them)."""
+
 RECENT_LATENESS = 120
 """The latest firings per stage whose lateness ``replica.status`` returns one by one (the
 console draws them): a couple of hours of an every-minute Schedule, a few KiB."""
@@ -186,6 +189,9 @@ class Snapshot:
     """The latest :data:`RECENT_LATENESS` firings' lateness per stage, oldest first."""
     schedules_refused: dict[str, int] = field(default_factory=dict)
     """Schedules refused by a reconcile and still standing, by kind."""
+    foreign: list[str] = field(default_factory=list)
+    """The latest foreign messages its readers skipped, oldest first (at most
+    :data:`RECENT_FOREIGN`): ``<subject>#<sequence> (<stream kind>): <why>``."""
 
 
 def _version() -> str:
@@ -230,6 +236,7 @@ class Metrics:
             stage: deque(maxlen=LATENESS_WINDOW) for stage in ("stored", "started")}
         self._schedules: Counter[str] = Counter()
         self._refused: Counter[str] = Counter()
+        self._foreign: deque[str] = deque(maxlen=RECENT_FOREIGN)
         self._in_flight = 0
         self._live = True
 
@@ -289,6 +296,12 @@ class Metrics:
         ``schedules``, ``runs``, ``index``, ``leases``, ``replicas``, ``outages``,
         ``checkpoints``)."""
         self._count(EVENTS_SKIPPED, stream, {"stream": stream})
+
+    def foreign_message(self, stream: str, what: str) -> None:
+        """A reader skipped a foreign message (jetstream/foreign.py), once each: counted as
+        :meth:`event_skipped`, and named among the latest."""
+        self.event_skipped(stream)
+        self._foreign.append(what)
 
     def due_times_skipped(self, reason: str, count: int = 1) -> None:
         """``count`` due times passed without a Run, for ``reason`` (``core/dueaccount.py``)."""
@@ -400,6 +413,7 @@ class Metrics:
                 samples, max(0, len(samples) - RECENT_LATENESS), None)]
                 for stage, samples in self._lateness.items() if samples},
             schedules_refused={kind: n for kind, n in self._refused.items() if n},
+            foreign=list(self._foreign),
         )
 
 

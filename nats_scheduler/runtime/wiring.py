@@ -204,7 +204,7 @@ class Runtime:
                 await watch[0].before_start()
 
             store = await open_store(settings, identity, count_error=metrics.store_error,
-                                     count_foreign=metrics.event_skipped,
+                                     count_foreign=metrics.foreign_message,
                                      before_ensure=note_last_writes)
             outages = watch[0]
             opened = JetStreamPorts(store, ledger=ledger, table=table, clock=clock,

@@ -16,18 +16,31 @@ and reports exactly the injected messages after.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import io
 from datetime import UTC, datetime, timedelta
 
 import msgspec
 import pytest
 
 from nats_scheduler.admin.client import AdminClient
+from nats_scheduler.admin.doctor import Status, run_doctor
+from nats_scheduler.cli.main import main as cli_main
 from nats_scheduler.names import Names, scheduled_run_id
 from nats_scheduler.provider import NatsSchedulerProvider
 from nats_scheduler.seam import EnqueueRequest, Run, RunPayload, RunState, Schedule, Trigger
 from tests.harness.checking import check_store
 from tests.harness.servers import connect_fast, unique_prefix
-from tests.providers import eventually, running
+from tests.providers import eventually, running, settings
+
+
+def check_command(url: str, prefix: str) -> tuple[int, str]:
+    """``nats-scheduler check`` in this process: its exit code and what it printed."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli_main(["check", "--url", url, "--prefix", prefix, "--paging-sample", "0"])
+    return code, out.getvalue()
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -145,9 +158,19 @@ async def test_foreign_messages_on_every_subject_wedge_nothing_and_are_reported(
         foreign_counted = restarted.runtime.metrics.snapshot().events_skipped  # type: ignore[union-attr]
         assert sum(foreign_counted.values()) >= 1
 
+        # doctor names them (those the replica's readers met, and the buckets' own), exit 7
+        report = await run_doctor(settings(nats_url, prefix))
+        check = report.get("foreign messages")
+        assert check.status == Status.FAIL and not report.ok
+        assert names.replica_subject("ghost") in check.detail, check.detail
+
     after = await check_store(nats_url, prefix, ticker_only=False)
     assert {v.check for v in after.violations} == {"foreign"}, after.text()
     assert {v.subject for v in after.violations} == kept, after.text()
+    # the command line's check: every one by stream, subject and sequence, exit 7
+    code, out = await asyncio.to_thread(check_command, nats_url, prefix)
+    assert code == 7
+    assert all(subject in out for subject in kept), out
 
 
 async def test_an_event_copied_from_another_schedule_is_not_taken_for_its_own(
