@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 
@@ -51,6 +51,11 @@ class Report:
         if not more:
             return self
         return dataclasses.replace(self, violations=tuple(sorted({*self.violations, *more})))
+
+    def without(self, known: Callable[[Violation], bool]) -> Report:
+        """This report less the violations ``known`` says were looked at already."""
+        return dataclasses.replace(
+            self, violations=tuple(v for v in self.violations if not known(v)))
 
     def to_builtins(self) -> dict[str, object]:
         return {"runs": self.runs, "schedules": self.schedules, "events": self.events,

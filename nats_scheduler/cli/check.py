@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import socket
 import sys
@@ -142,6 +143,10 @@ async def _check(args: argparse.Namespace) -> int:
     finally:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(nc.close(), 2.0)
+    known = set(args.known_foreign or ())
+    if known:
+        result = dataclasses.replace(result, report=result.report.without(
+            lambda v: v.check == "foreign" and v.subject in known))
     _print(result, args.json)
     return EXIT_OK if result.report.ok else EXIT_UNHEALTHY
 
@@ -194,4 +199,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         help="walk the Run history of N deployments (sampled from the Runs "
                              f"read) page by page and check it lists every retained Run once "
                              f"(default {PAGING_SAMPLE}; 0: skip)")
+    parser.add_argument("--known-foreign", action="append", metavar="SUBJECT#SEQ",
+                        help="a foreign message already looked at, as `check` names it: "
+                             "not counted as a violation (repeatable; the event streams keep "
+                             "every message, so one there cannot be removed: "
+                             "docs/failure-modes.md, \"Foreign messages\")")
     parser.set_defaults(func=lambda a: run_command(a, _check))
