@@ -19,10 +19,12 @@ import asyncio
 import contextlib
 from datetime import UTC, datetime, timedelta
 
+import msgspec
 import pytest
 
 from nats_scheduler import ManualClock
 from nats_scheduler.core.ownership import owner, owner_key
+from nats_scheduler.jetstream.presence import PresenceValue
 from nats_scheduler.names import Names, scheduled_run_id
 from nats_scheduler.runtime.ticker import OWNER_GRACE_SECONDS
 from nats_scheduler.seam import RunPayload, Schedule
@@ -57,9 +59,12 @@ async def test_the_dead_owners_share_waits_until_it_left_then_every_due_time_fir
             kv = await nc.jetstream().key_value(names.replicas_bucket)
             key = names.replica_key("dead")
 
+            value = msgspec.json.encode(PresenceValue(identity="dead", started_at=T0,
+                                                      beat_at=T0))  # as a replica writes it
+
             async def beat() -> None:
                 while True:
-                    await kv.put(key, b'{"identity": "dead"}')
+                    await kv.put(key, value)
                     await asyncio.sleep(BEAT)  # the dead replica's beat interval, not a wait
 
             beating = asyncio.create_task(beat())

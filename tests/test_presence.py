@@ -164,7 +164,9 @@ async def test_a_stale_key_found_at_start_is_aged_by_the_servers_timestamps(join
     a = await join("replica-a", beat=0.25)
     js = connection(a).jetstream(timeout=2.0)
     kv = await js.key_value(names.replicas_bucket)
-    ghost_seq = await kv.put(names.replica_key("ghost"), b'{"identity": "ghost"}')
+    now = datetime.now(UTC)  # a replica's value, as one that died wrote it
+    ghost_seq = await kv.put(names.replica_key("ghost"), msgspec.json.encode(
+        PresenceValue(identity="ghost", started_at=now, beat_at=now)))
     ghost_at = (await js.get_msg(f"KV_{names.replicas_bucket}", seq=ghost_seq,
                                  direct=False)).time
     assert ghost_at is not None
@@ -212,3 +214,20 @@ async def test_self_is_always_live_and_the_last_membership_stays_with_the_server
         for nc in clients:
             with contextlib.suppress(Exception):
                 await nc.close()
+
+
+async def test_a_value_that_is_not_a_replicas_is_never_a_live_replica(join: Join) -> None:
+    """Foreign values under replica keys (not a replica's value, one naming another replica,
+    bytes that are no JSON) are skipped: a ghost never takes a share of the due times."""
+    names: Names = join.names  # type: ignore[attr-defined]
+    a = await join("replica-a", beat=0.25)
+    kv = await connection(a).jetstream(timeout=2.0).key_value(names.replicas_bucket)
+    now = datetime.now(UTC)
+    await kv.put(names.replica_key("ghost"), b'{"identity": "ghost"}')
+    await kv.put(names.replica_key("copy"), msgspec.json.encode(
+        PresenceValue(identity="replica-a", started_at=now, beat_at=now)))
+    await kv.put(names.replica_key("garbage"), b"\xff\x00")
+    b = await join("replica-b", beat=0.25)  # its replay meets them, and a's watch live
+    await eventually(lambda: b.live() == ("replica-a", "replica-b"), timeout=10)
+    await eventually(lambda: a.live() == ("replica-a", "replica-b"), timeout=10)
+    assert sum(b.foreign.counts.values()) == 3  # what the replica counted, once each

@@ -158,7 +158,8 @@ class Presence:
                  foreign: ForeignLog | None = None,
                  serving: Callable[[], Serving] | None = None) -> None:
         self._kv = kv
-        self._foreign = foreign or ForeignLog()
+        self.foreign = foreign or ForeignLog()
+        """Where the foreign values met under replica keys are counted (jetstream/foreign.py)."""
         self._serving = serving
         """Read at each beat: whether this replica serves the admin service now."""
         self._clock: Clock = clock or SystemClock()
@@ -363,7 +364,7 @@ class Presence:
         try:
             return replica_value_on(self._names, subject, entry.value or b"").identity
         except ForeignMessage as exc:
-            self._foreign.noted("replicas", subject, int(entry.revision or 0), exc.reason)
+            self.foreign.noted("replicas", subject, int(entry.revision or 0), exc.reason)
             return None
 
     # ------------------------------------------------------------------ the answer

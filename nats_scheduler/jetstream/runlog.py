@@ -18,7 +18,9 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from functools import partial
 
-from ..core.events import RunCreated, RunEventType, RunRecord, encode
+import msgspec
+
+from ..core.events import RunCreated, RunEventType, RunRecord, decode_run_event, encode
 from ..names import HDR_EXPECTED_LAST_SUBJECT_SEQUENCE, HDR_MSG_ID, run_event_msg_id
 from ..ports.runs import Announcement, RunProjection, Stored
 from . import errors
@@ -26,7 +28,7 @@ from .acks import Outgoing
 from .errors import Conflict
 from .event_store import EventStore, StoredMessage
 from .follower import Follower
-from .foreign import ForeignMessage, run_event_on
+from .foreign import ForeignMessage, reason_of, run_event_on
 from .history import IndexPosition, RunHistory
 from .leases import Lease, Leases
 
@@ -287,8 +289,12 @@ class RunLog:
     def _apply_followed(self, seq: int, subject: str, data: bytes) -> None:
         if self.own_event(subject, seq):
             return  # applied when this process wrote it
-        self._ledger.apply_event(seq, self._judge(subject, data),
-                                 self._names.run_ids_of_subject(subject))
+        try:
+            event = decode_run_event(data)
+        except (msgspec.DecodeError, ValueError) as exc:
+            raise ForeignMessage(subject, reason_of(exc)) from exc
+        # the ledger refuses an event filed under another Run's subject itself
+        self._ledger.apply_event(seq, event, self._names.run_ids_of_subject(subject))
 
     def _wrote(self, subject: str, seq: int) -> None:
         if len(self._own) >= OWN_WRITES_KEPT:
