@@ -28,10 +28,11 @@ from ..core.herd import (
     calendars,
     herd_capacity,
 )
+from ..core.validation import MAX_LOAD_HOURS
 from .api import LoadAhead, LoadMinute
 
-MAX_HOURS = 48
-"""The farthest a load answer looks ahead."""
+MAX_HOURS = MAX_LOAD_HOURS
+"""The farthest a load answer looks ahead (``core/validation.py``)."""
 
 
 class LoadCounter:

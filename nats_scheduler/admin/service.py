@@ -7,7 +7,9 @@ endpoints share the default queue group, so one replica answers each request, ex
 ``replica.status``, which every replica answers (a queue group of its own) so cluster status
 can count them.
 
-Requests and answers are the msgspec types of :mod:`.api`, as JSON. Every failure answers
+Requests and answers are the msgspec types of :mod:`.api`, as JSON, a request decoded and
+bounded in one place (:mod:`.request_checks`); past its limit of requests at once an endpoint
+answers busy at once (:mod:`.admission`). Every failure answers
 ``{"error": {"code", "message"}}`` with a stable :class:`~.api.ErrorCode` (and the
 ``Nats-Service-Error``/``-Code`` headers micro clients look for); messages speak AstraBox's
 words. Actions go through the provider (hold/release, enqueue), so each one is an event
@@ -32,7 +34,7 @@ more than one per process, or ``replica.status`` would count it twice.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from importlib import metadata
 from typing import Any, TypeVar
@@ -45,12 +47,14 @@ from ..jetstream.admin_transport import AdminReply, AdminRequest, Endpoint, Serv
 from ..names import SERVICE_NAME
 from ..seam import EnqueueRequest, Trigger
 from .account_reads import AccountReader
+from .admission import ENDPOINT_LIMITS, SingleFlight, busy_error
 from .api import (
     AdminError,
     BulkAction,
     BulkResult,
     ClusterStatus,
     DueAccount,
+    EmptyRequest,
     ErrorCode,
     ExplainRequest,
     Health,
@@ -86,6 +90,7 @@ from .herd_watch import BusiestMinute
 from .host import AdminHost
 from .load import LoadCounter
 from .reader import REPLICA_STATUS_ENDPOINT, StoreReader, lease_expiries
+from .request_checks import check_request, decode_request
 from .service_errors import error_body, error_headers, optional_reason, required, to_admin_error
 from .views import probe_limit, run_list, schedule_detail, schedule_page, schedule_view
 
@@ -94,10 +99,6 @@ log = logging.getLogger(__name__)
 R = TypeVar("R", bound=msgspec.Struct)
 
 _encoder = msgspec.json.Encoder()
-
-
-class _Empty(msgspec.Struct, frozen=True):
-    """The body of requests that take no arguments (``{}`` or nothing)."""
 
 
 ACTIONS = frozenset({"schedules.hold", "schedules.release", "schedules.hold_bulk",
@@ -115,8 +116,8 @@ def _version() -> str:
 class AdminService:
     """The micro service of one provider process. Use :func:`start_admin_service`."""
 
-    def __init__(self, provider: AdminHost, *,
-                 policy: HealthPolicy | None = None, clock: Clock | None = None) -> None:
+    def __init__(self, provider: AdminHost, *, policy: HealthPolicy | None = None,
+                 clock: Clock | None = None, limits: Mapping[str, int] | None = None) -> None:
         self.provider = provider
         self.clock: Clock = clock or SystemClock()
         store = provider.store
@@ -129,10 +130,18 @@ class AdminService:
         self._service: ServiceBinding | None = None
         self._busiest = BusiestMinute()
         self._load = LoadCounter()
+        self.limits = {**ENDPOINT_LIMITS, **(limits or {})}
+        """Endpoint -> requests answered at once (:mod:`.admission`; tests lower them)."""
+        self.status_flight = SingleFlight(self._gather_status)
 
     @property
     def _clock_now(self) -> datetime:
         return self.clock.now()
+
+    def _store_now(self) -> datetime:
+        """The store's clock as the provider keeps it (a hold's end is judged by it)."""
+        running = self.provider.runtime
+        return running.clock.now() if running is not None else self._clock_now
 
     @property
     def service(self) -> ServiceBinding:
@@ -163,8 +172,8 @@ class AdminService:
             "runs.get": (RunRef, self.get_run),
             "runs.run_now": (RunNowRequest, self.run_now),
             "runs.replay": (ReplayRequest, self.replay),
-            "cluster.status": (_Empty, self.cluster_status),
-            "health": (_Empty, self.health),
+            "cluster.status": (EmptyRequest, self.cluster_status),
+            "health": (EmptyRequest, self.health),
         }
 
     async def start(self) -> None:
@@ -180,15 +189,20 @@ class AdminService:
                       # what an action records as who acted (`nats micro info` shows it)
                       "callers": "authenticated" if login is not None else "stated"},
         )
+        busy = busy_error()
+        busy_reply = AdminReply(error_body(busy), headers=error_headers(busy))
         for endpoint, (kind, handler) in self.endpoints().items():
             await self.service.add_endpoint(
                 endpoint.replace(".", "_"), self.names.admin_subject(endpoint),
-                self._wrap(kind, handler, acts=endpoint in ACTIONS),
+                self._wrap(endpoint, kind, handler, acts=endpoint in ACTIONS),
+                limit=self.limits[endpoint], busy=busy_reply,
             )
         await self.service.add_endpoint(
             REPLICA_STATUS_ENDPOINT.replace(".", "_"),
             self.names.admin_subject(REPLICA_STATUS_ENDPOINT),
-            self._wrap(_Empty, self.replica_status, gated=False),
+            self._wrap(REPLICA_STATUS_ENDPOINT, EmptyRequest, self.replica_status,
+                       gated=False),
+            limit=self.limits[REPLICA_STATUS_ENDPOINT], busy=busy_reply,
             queue_group=f"replica-{self.service.id}",
         )
         await self.service.ready()
@@ -200,19 +214,23 @@ class AdminService:
         service, self._service = self._service, None
         if service is not None:
             await service.stop()
+        await self.status_flight.cancel()
 
     # ------------------------------------------------------------------ plumbing
 
-    def _wrap(self, kind: type[R], handler: Callable[..., Awaitable[Any]], *,
+    def _wrap(self, endpoint: str, kind: type[R], handler: Callable[..., Awaitable[Any]], *,
               gated: bool = True, acts: bool = False) -> Endpoint:
-        """``gated``: answer only once the provider has loaded its Schedules (every answer
-        but ``replica.status``, which says whether it has). ``acts``: an action, whose
-        handler is also given who sent it (:func:`.callers.proven_caller`)."""
+        """The request decoded and bounded first (:mod:`.request_checks`: the only
+        ``invalid_request`` of a body). ``gated``: answer only once the provider has loaded
+        its Schedules (every answer but ``replica.status``, which says whether it has).
+        ``acts``: an action, whose handler is also given who sent it
+        (:func:`.callers.proven_caller`)."""
         async def handle(request: AdminRequest) -> AdminReply:
             try:
+                payload = decode_request(kind, request.data, endpoint)
+                check_request(payload, self._clock_now, store_now=self._store_now())
                 if gated:
                     await self.provider.until_ready()
-                payload = msgspec.json.decode(request.data or b"{}", type=kind)
                 if acts:
                     caller = proven_caller(request.headers, proves=self.proves_callers)
                     answer = await handler(payload, caller)
@@ -261,6 +279,9 @@ class AdminService:
                       held: bool) -> ScheduleView:
         """Hold or release one Schedule, recording who (proven when ``caller``) and why."""
         by, reason = required(req.by, "by"), required(req.reason, "reason")
+        if not held and req.until is not None:
+            raise AdminError(ErrorCode.INVALID_REQUEST,
+                             "until is the end of a hold: a release takes none")
         behalf = stated(req.on_behalf_of)
         ends = {"until": req.until} if held and req.until is not None else {}
         change = self.provider.hold if held else self.provider.release
@@ -350,7 +371,7 @@ class AdminService:
     def _budget(self) -> int:
         return reply_budget(self.provider.store.max_payload)
 
-    async def replica_status(self, _req: _Empty) -> ReplicaView:
+    async def replica_status(self, _req: EmptyRequest) -> ReplicaView:
         dispatcher, ticker = self.provider.dispatcher, self.provider.ticker
         running = self.provider.runtime
         return bounded_replica(ReplicaView(
@@ -374,12 +395,16 @@ class AdminService:
         offset, error = measured
         return {"server_offset": offset, "server_offset_error": error}
 
-    async def cluster_status(self, _req: _Empty) -> ClusterStatus:
+    async def cluster_status(self, _req: EmptyRequest) -> ClusterStatus:
         """Every replica, lease and Run in flight: the lists cut to fit one message, each
-        with its count (admin/bounded.py)."""
+        with its count (admin/bounded.py). Callers share one fan-out: one arriving while one
+        runs gets its answer (:class:`.admission.SingleFlight`)."""
+        return await self.status_flight()
+
+    async def _gather_status(self) -> ClusterStatus:
         return bounded_cluster_status(await self.reader.cluster_status(), self._budget())
 
-    async def health(self, _req: _Empty) -> Health:
+    async def health(self, _req: EmptyRequest) -> Health:
         leases = lease_expiries(await self.reader.leases())
         live = self.provider.schedules.live()
         health = build_health(live, self.provider.ledger, leases,
@@ -408,14 +433,16 @@ def _requester(by: str, on_behalf_of: str | None,
 
 async def start_admin_service(provider: AdminHost, *,
                               policy: HealthPolicy | None = None,
-                              clock: Clock | None = None) -> AdminService:
+                              clock: Clock | None = None,
+                              limits: Mapping[str, int] | None = None) -> AdminService:
     """Serve a started provider's admin service with these options, replacing its own.
 
     The provider stops it at ``stop()``; stopping it earlier (``service.stop()``) leaves the
     process without one. ``clock`` is the clock of the answers' "now" (next due times,
-    health); pass the provider's own when tests drive it with a ManualClock.
+    health); pass the provider's own when tests drive it with a ManualClock. ``limits``:
+    endpoint -> requests answered at once, over :data:`.admission.ENDPOINT_LIMITS`.
     """
-    service = AdminService(provider, policy=policy, clock=clock)
+    service = AdminService(provider, policy=policy, clock=clock, limits=limits)
     running = provider.runtime
     assert running is not None  # AdminService() above refuses a provider not started
     await running.serve(service)

@@ -6,10 +6,17 @@ on the provider's connection or on one of its own, opened with the service's log
 account of its own, where the server stamps each request with its sender). An endpoint is
 a coroutine from an :class:`AdminRequest` (the body, the headers, the subject) to an
 :class:`AdminReply`; nats-py's request and service classes stay here.
+
+nats-py 2.16 calls a subscription's handler one message at a time, awaiting each (micro
+endpoints are subscriptions), so one slow request kept every later one of its endpoint
+waiting, unanswered. Here each request is answered in a task of its own, at most ``limit``
+of an endpoint at once; past that the endpoint's ``busy`` reply goes out at once, from the
+subscription's own loop, without starting anything (:class:`_Lane`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -20,6 +27,7 @@ from nats.micro.request import Request
 from nats.micro.service import Service
 
 from ..settings import NatsSettings
+from ..tasks import cancel_and_wait
 from .connection import connect
 
 log = logging.getLogger(__name__)
@@ -46,14 +54,46 @@ class AdminReply:
 Endpoint = Callable[[AdminRequest], Awaitable[AdminReply]]
 
 
-def _bound(endpoint: Endpoint) -> Callable[[Request], Awaitable[None]]:
-    """The micro handler that answers each request with what ``endpoint`` replies."""
-    async def handle(request: Request) -> None:
-        reply = await endpoint(AdminRequest(request.data or b"", request.headers,
-                                            request.subject))
-        await request.respond(reply.body, headers=reply.headers)
+STOP_SECONDS = 2.0
+"""How long a stop waits for the requests being answered once they are cancelled."""
 
-    return handle
+
+class _Lane:
+    """One endpoint's requests: each answered in a task of its own, at most ``limit`` at
+    once; past that, ``busy`` is the answer, sent at once."""
+
+    def __init__(self, endpoint: Endpoint, limit: int, busy: AdminReply,
+                 tasks: set[asyncio.Task[None]]) -> None:
+        self._endpoint = endpoint
+        self._limit = limit
+        self._busy = busy
+        self._tasks = tasks
+        self.running = 0
+
+    async def __call__(self, request: Request) -> None:
+        """The micro handler: returns at once, so the next request is read at once."""
+        if self.running >= self._limit:
+            await request.respond(self._busy.body, headers=self._busy.headers)
+            return
+        self.running += 1
+        task = asyncio.create_task(self._answer(request))
+        self._tasks.add(task)
+        task.add_done_callback(self._ended)
+
+    async def _answer(self, request: Request) -> None:
+        try:
+            reply = await self._endpoint(AdminRequest(request.data or b"", request.headers,
+                                                      request.subject))
+            await request.respond(reply.body, headers=reply.headers)
+        finally:
+            self.running -= 1
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # the endpoint answers every failure itself: this is a reply that could not be
+            # sent (the connection closed); the caller times out and says so
+            log.debug("an admin answer could not be sent", exc_info=task.exception())
 
 
 class ServiceBinding:
@@ -65,6 +105,7 @@ class ServiceBinding:
     def __init__(self, service: Service, served_on: Client, own: bool) -> None:
         self._service = service
         self._served_on = served_on
+        self._answering: set[asyncio.Task[None]] = set()
         self.own_connection = own
         """Whether the service serves on a connection of its own (its login)."""
 
@@ -90,12 +131,13 @@ class ServiceBinding:
         """The service instance's ID (``nats micro info`` names it)."""
         return str(self._service.id)
 
-    async def add_endpoint(self, name: str, subject: str, endpoint: Endpoint, *,
-                           queue_group: str | None = None) -> None:
-        """Serve ``endpoint`` on ``subject`` (in the default queue group unless given)."""
+    async def add_endpoint(self, name: str, subject: str, endpoint: Endpoint, *, limit: int,
+                           busy: AdminReply, queue_group: str | None = None) -> None:
+        """Serve ``endpoint`` on ``subject`` (in the default queue group unless given),
+        answering at most ``limit`` requests at once and ``busy`` past that."""
         options = {} if queue_group is None else {"queue_group": queue_group}
-        await self._service.add_endpoint(name=name, subject=subject,
-                                         handler=_bound(endpoint), **options)
+        lane = _Lane(endpoint, limit, busy, self._answering)
+        await self._service.add_endpoint(name=name, subject=subject, handler=lane, **options)
 
     async def ready(self) -> None:
         """Return once the server has every endpoint's subscription.
@@ -115,6 +157,9 @@ class ServiceBinding:
             await self._service.stop()
         except Exception:
             log.debug("stopping the admin service failed", exc_info=True)
+        left = await cancel_and_wait(list(self._answering), timeout=STOP_SECONDS)
+        if left:
+            log.warning("%d admin requests were still being answered at the stop", len(left))
         if self.own_connection:
             try:
                 await self._served_on.close()
