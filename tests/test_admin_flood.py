@@ -20,7 +20,14 @@ from collections.abc import AsyncIterator
 import nats.errors
 import pytest
 
-from nats_scheduler.admin.admission import BUSY_MESSAGE, ENDPOINT_LIMITS
+from nats_scheduler.admin.admission import (
+    BUSY_MESSAGE,
+    ENDPOINT_LIMITS,
+    EndpointGate,
+    LoopShare,
+    SingleFlight,
+    charged,
+)
 from nats_scheduler.admin.api import AdminError, ErrorCode
 from nats_scheduler.admin.client import BUSY_RETRIES, AdminClient
 from nats_scheduler.names import SERVICE_NAME
@@ -112,6 +119,7 @@ async def test_two_thousand_concurrent_reads_each_get_an_answer_within_their_tim
     assert admin.service.status_flight.started * 4 <= statuses, (
         admin.service.status_flight.started, statuses)
     assert (await stats(admin))["replica_status"] <= admin.service.status_flight.started + 1
+    assert admin.service.share.charged > 0  # the requests were charged to the loop share
 
 
 async def test_a_busy_answer_is_asked_again_then_shown_as_its_message(
@@ -142,3 +150,100 @@ async def test_a_busy_answer_is_asked_again_then_shown_as_its_message(
         assert code == 4 and f"error: {BUSY_MESSAGE}" in err, err
         schedules = await client.list_schedules()  # the other endpoints still answer
         assert schedules == []
+
+
+# ----------------------------------------------------------------------------- the parts
+
+
+class Timer:
+    """A hand-moved clock of seconds for the loop share."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_loop_share_drains_at_its_share_and_refuses_past_its_burst() -> None:
+    timer = Timer()
+    share = LoopShare(0.25, 0.5, timer=timer)
+    share.charge(0.4)
+    assert not share.exhausted()
+    share.charge(0.2)  # 0.6 held, over the 0.5 burst
+    assert share.exhausted()
+    timer.now += 0.3  # drains 0.075: still over
+    assert share.exhausted()
+    timer.now += 0.2  # drained to 0.475
+    assert not share.exhausted()
+    gate = EndpointGate(2, share)
+    exempt = EndpointGate(1, share, exempt=True)
+    assert gate.enter() and gate.enter() and not gate.enter()  # the endpoint's limit
+    gate.leave()
+    share.charge(1.0)
+    assert not gate.enter()  # the service's share
+    assert exempt.enter() and not exempt.enter()  # only its own limit
+
+
+async def test_charged_counts_the_steps_that_hold_the_loop_not_the_waits() -> None:
+    timer = Timer()
+    share = LoopShare(0.25, 0.5, timer=timer)
+
+    async def work() -> str:
+        timer.now += 0.1  # computing: holds the loop
+        await asyncio.sleep(0)
+        timer.now += 0.05
+        waiting = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_soon(waiting.set_result, "read")
+        result = await waiting  # a read of the store: the loop is free meanwhile
+        timer.now += 0.02
+        return result
+
+    async def idle() -> None:  # time passes while ``work`` waits: not its charge
+        await asyncio.sleep(0)
+        timer.now += 5.0
+
+    answer, _ = await asyncio.gather(charged(work(), share, timer), idle())
+    assert answer == "read"
+    assert share.charged == pytest.approx(0.17)
+
+    async def fails() -> None:
+        timer.now += 0.01
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        await charged(fails(), share, timer)
+    assert share.charged == pytest.approx(0.18)
+    blocked = asyncio.create_task(charged(asyncio.sleep(30), share, timer))
+    await asyncio.sleep(0)
+    blocked.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await blocked
+
+
+async def test_a_single_flight_is_shared_by_the_callers_arriving_while_it_runs() -> None:
+    release = asyncio.Event()
+    calls = 0
+
+    async def fan_out() -> int:
+        nonlocal calls
+        calls += 1
+        await release.wait()
+        if calls == 2:
+            raise RuntimeError("store unreadable")
+        return calls
+
+    flight = SingleFlight(fan_out)
+    waiters = [asyncio.create_task(flight()) for _ in range(5)]
+    await asyncio.sleep(0)
+    waiters[0].cancel()  # a caller giving up does not end the others' flight
+    release.set()
+    results = await asyncio.gather(*waiters[1:])
+    assert results == [1, 1, 1, 1] and flight.started == 1
+    release.clear()
+    second = [asyncio.create_task(flight()) for _ in range(3)]
+    await asyncio.sleep(0)
+    release.set()
+    outcomes = await asyncio.gather(*second, return_exceptions=True)
+    assert all(isinstance(o, RuntimeError) for o in outcomes) and flight.started == 2
+    assert await flight() == 3 and flight.started == 3  # after it ended: a fresh one

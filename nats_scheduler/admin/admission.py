@@ -1,27 +1,32 @@
-"""How many requests of each endpoint the admin service answers at once, and what it says past
-that: the busy answer, given at once, never a silence.
+"""How many requests of each endpoint the admin service answers at once, how much of the
+replica's event loop they may take, and what it says past that: the busy answer, given at
+once, never a silence.
 
 nats-py 2.16 runs a subscription's handler one message at a time (``nats.micro`` endpoints
 included): a slow endpoint queued every request behind the one running, and under a flood
 its callers timed out with no answer at all (``cluster.status``: a fan-out to every replica
 then a read of the leases, some 0.2 s each, 950 of 1,000 unanswered). The binding now
-answers each request in a task of its own (``jetstream/admin_transport.py``), at most
-:data:`ENDPOINT_LIMITS` at once per endpoint in this process; a request past the limit is
-answered at once with ``unavailable`` and ``retry_after`` (:func:`busy_error`), having done
-nothing, so asking again is always safe. ``cluster.status`` callers share one fan-out
-(:class:`SingleFlight`), so its limit only bounds the waiters.
+answers each request in a task of its own (``jetstream/admin_transport.py``) when the
+endpoint's :class:`EndpointGate` takes it, and the busy answer at once when it does not
+(:func:`busy_error`: ``unavailable`` with ``retry_after``; nothing was done, so asking again
+is always safe). ``cluster.status`` callers share one fan-out (:class:`SingleFlight`).
 
-The limits are small on purpose: the service runs in the replica's event loop, beside the
-firing; a handler that walks the Schedule table (``health``, ``schedules.load``) holds the
-loop while it runs, so more of them at once would only make a due time start later.
+A gate takes a request while its endpoint answers fewer than its limit
+(:data:`ENDPOINT_LIMITS`) and while the service is within its share of the event loop
+(:class:`LoopShare`). The service runs in the replica's loop, beside the firing: a page of
+the Schedule list or a health answer holds the loop while it is computed (milliseconds at
+a few hundred Schedules, more at 100,000), so a flood of them, each quick, would take the
+whole loop and a due time would start late. The time each request's steps hold the loop
+is measured (:func:`charged`) and the share caps it; ``replica.status`` is exempt (other
+replicas' ``cluster.status`` must count this one), though charged.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import Any, Generic, TypeVar
 
 from .api import AdminError, ErrorCode
 
@@ -47,6 +52,16 @@ ENDPOINT_LIMITS: dict[str, int] = {
 """Endpoint (under ``<P>.admin.``) -> the requests one process answers at once
 (docs/operations.md, "Under load: busy answers")."""
 
+LOOP_SHARE = 0.25
+"""The share of the event loop's time the admin service's requests may hold, over time."""
+
+LOOP_BURST = 0.5
+"""Seconds of the loop the service may hold at once beyond its share (a quiet replica
+answers a few heavy requests in a row at full speed)."""
+
+EXEMPT = frozenset({"replica.status"})
+"""Endpoints the loop share does not refuse (they are charged all the same)."""
+
 BUSY_MESSAGE = "the scheduler is busy: try again in a moment"
 
 BUSY_RETRY_AFTER = 0.2
@@ -56,6 +71,92 @@ BUSY_RETRY_AFTER = 0.2
 def busy_error() -> AdminError:
     """The answer past an endpoint's limit: ``unavailable``, nothing done, ask again later."""
     return AdminError(ErrorCode.UNAVAILABLE, BUSY_MESSAGE, retry_after=BUSY_RETRY_AFTER)
+
+
+class LoopShare:
+    """A leaky bucket of loop time: each request's steps add what they held the loop
+    (:meth:`charge`); it drains at ``share`` seconds per second; over ``burst`` it is
+    :meth:`exhausted` until it drained below again."""
+
+    def __init__(self, share: float = LOOP_SHARE, burst: float = LOOP_BURST, *,
+                 timer: Callable[[], float] = time.perf_counter) -> None:
+        self.share = share
+        self.burst = burst
+        self._timer = timer
+        self._level = 0.0
+        self._at = timer()
+        self.charged = 0.0
+        """Seconds of the loop the service's requests held, in all."""
+
+    def _drain(self) -> None:
+        now = self._timer()
+        self._level = max(0.0, self._level - (now - self._at) * self.share)
+        self._at = now
+
+    def charge(self, seconds: float) -> None:
+        self._drain()
+        self._level += seconds
+        self.charged += seconds
+
+    def exhausted(self) -> bool:
+        self._drain()
+        return self._level > self.burst
+
+
+class EndpointGate:
+    """An endpoint's admission (``jetstream/admin_transport.Gate``): at most ``limit``
+    requests at once, and none while ``share`` is exhausted (unless ``exempt``)."""
+
+    def __init__(self, limit: int, share: LoopShare, *, exempt: bool = False) -> None:
+        self.limit = limit
+        self.running = 0
+        self._share = share
+        self._exempt = exempt
+
+    def enter(self) -> bool:
+        if self.running >= self.limit or (not self._exempt and self._share.exhausted()):
+            return False
+        self.running += 1
+        return True
+
+    def leave(self) -> None:
+        self.running -= 1
+
+
+async def charged(work: Coroutine[Any, Any, T], share: LoopShare,
+                  timer: Callable[[], float] = time.perf_counter) -> T:
+    """``await work``, charging ``share`` with the time each of its steps holds the loop
+    (from one suspension to the next: what delays everything else the loop runs)."""
+    return await _Charged(work, share, timer)
+
+
+class _Charged(Generic[T]):
+    """Drives a coroutine step by step, timing each step (the task sees its futures)."""
+
+    def __init__(self, work: Coroutine[Any, Any, T], share: LoopShare,
+                 timer: Callable[[], float]) -> None:
+        self._work = work
+        self._share = share
+        self._timer = timer
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        send: Any = None
+        thrown: BaseException | None = None
+        while True:
+            began = self._timer()
+            try:
+                step = self._work.throw(thrown) if thrown is not None else self._work.send(send)
+            except StopIteration as done:
+                self._share.charge(self._timer() - began)
+                return done.value  # type: ignore[no-any-return]
+            except BaseException:
+                self._share.charge(self._timer() - began)
+                raise
+            self._share.charge(self._timer() - began)
+            try:
+                send, thrown = (yield step), None
+            except BaseException as exc:  # a cancellation: passed on to the work
+                send, thrown = None, exc
 
 
 class SingleFlight(Generic[T]):
@@ -86,8 +187,7 @@ class SingleFlight(Generic[T]):
         flight, self._flight = self._flight, None
         if flight is not None and not flight.done():
             flight.cancel()
-            with contextlib.suppress(BaseException):
-                await flight
+            await asyncio.wait({flight})
 
 
 def _retrieved(task: asyncio.Task[object]) -> None:

@@ -24,6 +24,7 @@ import msgspec
 from ..core.events import Caller, Hold
 from ..names import HDR_REQUEST_INFO
 from .api import AdminError, ErrorCode
+from .service_errors import required
 
 UNPROVEN = ("the server did not say who sent this request: actions are taken only from users "
             "it authenticated (through the account that imports the admin service)")
@@ -69,6 +70,18 @@ def stated(value: str | None) -> str | None:
     """An ``on behalf of`` name as stored: trimmed, None when empty."""
     text = (value or "").strip()
     return text or None
+
+
+def requester(by: str, on_behalf_of: str | None,
+              caller: Caller | None) -> tuple[str, str | None]:
+    """``requested_by`` of a Run now or Replay, and whom it was said to be for: the user the
+    server authenticated and the stated name (``--by``) apart; without proof, the name the
+    client gives as who asked, as before."""
+    by = required(by, "by")
+    behalf = stated(on_behalf_of)
+    if caller is None:
+        return behalf or by, None
+    return caller.user, behalf if behalf != caller.user else None
 
 
 def who_text(by: str, caller: Caller | None, on_behalf_of: str | None) -> str:

@@ -46,8 +46,9 @@ from ..core.events import Caller, ScheduleRecord
 from ..jetstream.admin_transport import AdminReply, AdminRequest, Endpoint, ServiceBinding
 from ..names import SERVICE_NAME
 from ..seam import EnqueueRequest, Trigger
+from . import admission
 from .account_reads import AccountReader
-from .admission import ENDPOINT_LIMITS, SingleFlight, busy_error
+from .admission import charged
 from .api import (
     AdminError,
     BulkAction,
@@ -84,7 +85,7 @@ from .bounded import (
     reply_budget,
 )
 from .bulk import change_matching
-from .callers import proven_caller, stated, who_text
+from .callers import proven_caller, requester, stated, who_text
 from .health import HealthPolicy, build_health
 from .herd_watch import BusiestMinute
 from .host import AdminHost
@@ -130,9 +131,12 @@ class AdminService:
         self._service: ServiceBinding | None = None
         self._busiest = BusiestMinute()
         self._load = LoadCounter()
-        self.limits = {**ENDPOINT_LIMITS, **(limits or {})}
+        self.limits = {**admission.ENDPOINT_LIMITS, **(limits or {})}
         """Endpoint -> requests answered at once (:mod:`.admission`; tests lower them)."""
-        self.status_flight = SingleFlight(self._gather_status)
+        self.share = admission.LoopShare()
+        """The loop time the requests hold, capped (:class:`.admission.LoopShare`)."""
+        self.status_flight = admission.SingleFlight(
+            lambda: charged(self._gather_status(), self.share))
 
     @property
     def _clock_now(self) -> datetime:
@@ -189,20 +193,20 @@ class AdminService:
                       # what an action records as who acted (`nats micro info` shows it)
                       "callers": "authenticated" if login is not None else "stated"},
         )
-        busy = busy_error()
+        busy = admission.busy_error()
         busy_reply = AdminReply(error_body(busy), headers=error_headers(busy))
         for endpoint, (kind, handler) in self.endpoints().items():
             await self.service.add_endpoint(
                 endpoint.replace(".", "_"), self.names.admin_subject(endpoint),
                 self._wrap(endpoint, kind, handler, acts=endpoint in ACTIONS),
-                limit=self.limits[endpoint], busy=busy_reply,
+                gate=self._gate(endpoint), busy=busy_reply,
             )
         await self.service.add_endpoint(
             REPLICA_STATUS_ENDPOINT.replace(".", "_"),
             self.names.admin_subject(REPLICA_STATUS_ENDPOINT),
             self._wrap(REPLICA_STATUS_ENDPOINT, EmptyRequest, self.replica_status,
                        gated=False),
-            limit=self.limits[REPLICA_STATUS_ENDPOINT], busy=busy_reply,
+            gate=self._gate(REPLICA_STATUS_ENDPOINT), busy=busy_reply,
             queue_group=f"replica-{self.service.id}",
         )
         await self.service.ready()
@@ -218,6 +222,10 @@ class AdminService:
 
     # ------------------------------------------------------------------ plumbing
 
+    def _gate(self, endpoint: str) -> admission.EndpointGate:
+        return admission.EndpointGate(self.limits[endpoint], self.share,
+                                      exempt=endpoint in admission.EXEMPT)
+
     def _wrap(self, endpoint: str, kind: type[R], handler: Callable[..., Awaitable[Any]], *,
               gated: bool = True, acts: bool = False) -> Endpoint:
         """The request decoded and bounded first (:mod:`.request_checks`: the only
@@ -226,6 +234,9 @@ class AdminService:
         ``acts``: an action, whose handler is also given who sent it
         (:func:`.callers.proven_caller`)."""
         async def handle(request: AdminRequest) -> AdminReply:
+            return await charged(answer(request), self.share)
+
+        async def answer(request: AdminRequest) -> AdminReply:
             try:
                 payload = decode_request(kind, request.data, endpoint)
                 check_request(payload, self._clock_now, store_now=self._store_now())
@@ -353,13 +364,13 @@ class AdminService:
         return record if record is not None else RunView.from_run(run)
 
     async def run_now(self, req: RunNowRequest, caller: Caller | None) -> RunView:
-        by, behalf = _requester(req.by, req.on_behalf_of, caller)
+        by, behalf = requester(req.by, req.on_behalf_of, caller)
         return await self._enqueue(EnqueueRequest(
             deployment_id=req.deployment_id, trigger=Trigger.RUN_NOW,
             request_id=req.request_id, requested_by=by), optional_reason(req.reason), behalf)
 
     async def replay(self, req: ReplayRequest, caller: Caller | None) -> RunView:
-        by, behalf = _requester(req.by, req.on_behalf_of, caller)
+        by, behalf = requester(req.by, req.on_behalf_of, caller)
         original = await self.provider.get_run(req.run_id)
         return await self._enqueue(EnqueueRequest(
             deployment_id=original.deployment_id, trigger=Trigger.REPLAY,
@@ -417,18 +428,6 @@ class AdminService:
             health, skipped_events=skipped, busiest_minute=minute, busiest_due=due,
             live_replicas=running.live_replicas() if running else None, **self._offset()),
             self._budget())
-
-
-def _requester(by: str, on_behalf_of: str | None,
-               caller: Caller | None) -> tuple[str, str | None]:
-    """``requested_by`` of a Run now or Replay, and whom it was said to be for: the user the
-    server authenticated and the stated name (``--by``) apart; without proof, the name the
-    client gives as who asked, as before."""
-    by = required(by, "by")
-    behalf = stated(on_behalf_of)
-    if caller is None:
-        return behalf or by, None
-    return caller.user, behalf if behalf != caller.user else None
 
 
 async def start_admin_service(provider: AdminHost, *,

@@ -9,9 +9,9 @@ a coroutine from an :class:`AdminRequest` (the body, the headers, the subject) t
 
 nats-py 2.16 calls a subscription's handler one message at a time, awaiting each (micro
 endpoints are subscriptions), so one slow request kept every later one of its endpoint
-waiting, unanswered. Here each request is answered in a task of its own, at most ``limit``
-of an endpoint at once; past that the endpoint's ``busy`` reply goes out at once, from the
-subscription's own loop, without starting anything (:class:`_Lane`).
+waiting, unanswered. Here each request is answered in a task of its own, as long as the
+endpoint's :class:`Gate` takes it; else the endpoint's ``busy`` reply goes out at once, from
+the subscription's own loop, without starting anything (:class:`_Lane`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from nats.aio.client import Client
 from nats.micro import add_service
@@ -58,24 +59,31 @@ STOP_SECONDS = 2.0
 """How long a stop waits for the requests being answered once they are cancelled."""
 
 
-class _Lane:
-    """One endpoint's requests: each answered in a task of its own, at most ``limit`` at
-    once; past that, ``busy`` is the answer, sent at once."""
+class Gate(Protocol):
+    """Whether an endpoint takes one more request now (``enter``), and that it is done with
+    one it took (``leave``): the admin service's admission (``admin/admission.py``)."""
 
-    def __init__(self, endpoint: Endpoint, limit: int, busy: AdminReply,
+    def enter(self) -> bool: ...
+
+    def leave(self) -> None: ...
+
+
+class _Lane:
+    """One endpoint's requests: each answered in a task of its own while ``gate`` takes
+    them; else ``busy`` is the answer, sent at once."""
+
+    def __init__(self, endpoint: Endpoint, gate: Gate, busy: AdminReply,
                  tasks: set[asyncio.Task[None]]) -> None:
         self._endpoint = endpoint
-        self._limit = limit
+        self._gate = gate
         self._busy = busy
         self._tasks = tasks
-        self.running = 0
 
     async def __call__(self, request: Request) -> None:
         """The micro handler: returns at once, so the next request is read at once."""
-        if self.running >= self._limit:
+        if not self._gate.enter():
             await request.respond(self._busy.body, headers=self._busy.headers)
             return
-        self.running += 1
         task = asyncio.create_task(self._answer(request))
         self._tasks.add(task)
         task.add_done_callback(self._ended)
@@ -88,7 +96,7 @@ class _Lane:
                                                       request.subject))
             await request.respond(reply.body, headers=reply.headers)
         finally:
-            self.running -= 1
+            self._gate.leave()
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -133,12 +141,12 @@ class ServiceBinding:
         """The service instance's ID (``nats micro info`` names it)."""
         return str(self._service.id)
 
-    async def add_endpoint(self, name: str, subject: str, endpoint: Endpoint, *, limit: int,
+    async def add_endpoint(self, name: str, subject: str, endpoint: Endpoint, *, gate: Gate,
                            busy: AdminReply, queue_group: str | None = None) -> None:
         """Serve ``endpoint`` on ``subject`` (in the default queue group unless given),
-        answering at most ``limit`` requests at once and ``busy`` past that."""
+        answering the requests ``gate`` takes and ``busy`` to the others."""
         options = {} if queue_group is None else {"queue_group": queue_group}
-        lane = _Lane(endpoint, limit, busy, self._answering)
+        lane = _Lane(endpoint, gate, busy, self._answering)
         await self._service.add_endpoint(name=name, subject=subject, handler=lane, **options)
 
     async def ready(self) -> None:
@@ -169,4 +177,4 @@ class ServiceBinding:
                 log.debug("closing the admin service's connection failed", exc_info=True)
 
 
-__all__ = ["AdminReply", "AdminRequest", "Endpoint", "ServiceBinding"]
+__all__ = ["AdminReply", "AdminRequest", "Endpoint", "Gate", "ServiceBinding"]
