@@ -22,6 +22,7 @@ import pytest
 
 from nats_scheduler.admin.admission import (
     BUSY_MESSAGE,
+    BUSY_RETRY_AFTER,
     ENDPOINT_LIMITS,
     EndpointGate,
     LoopShare,
@@ -98,7 +99,7 @@ async def test_two_thousand_concurrent_reads_each_get_an_answer_within_their_tim
         if error is None:
             outcomes[(endpoint, "result")] += 1
         elif (error["code"], error["message"], error.get("retry_after")) == (
-                "unavailable", BUSY_MESSAGE, 0.2):
+                "unavailable", BUSY_MESSAGE, BUSY_RETRY_AFTER):
             outcomes[(endpoint, "busy")] += 1
         else:
             outcomes[(endpoint, f"error {error}")] += 1
@@ -139,7 +140,7 @@ async def test_a_busy_answer_is_asked_again_then_shown_as_its_message(
         with pytest.raises(AdminError) as busy:
             await client.cluster_status()
         assert (busy.value.code, busy.value.message) == (ErrorCode.UNAVAILABLE, BUSY_MESSAGE)
-        assert busy.value.retry_after == 0.2
+        assert busy.value.retry_after == BUSY_RETRY_AFTER
         assert loop.time() - began < 5.0  # within the request's own timeout
         assert client.last_source is None  # the store was not read instead
         assert (await stats(ctx))["cluster_status"] == 1 + BUSY_RETRIES

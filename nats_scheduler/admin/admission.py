@@ -64,7 +64,7 @@ EXEMPT = frozenset({"replica.status"})
 
 BUSY_MESSAGE = "the scheduler is busy: try again in a moment"
 
-BUSY_RETRY_AFTER = 0.2
+BUSY_RETRY_AFTER = 1.0
 """Seconds a busy answer asks the client to wait before asking again."""
 
 

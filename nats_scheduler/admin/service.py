@@ -330,7 +330,8 @@ class AdminService:
         running = self.provider.runtime
         return await self._load.answer(
             self.provider.schedules.live(), self._clock_now, req.hours,
-            replicas=running.live_replicas() if running else 1, rate=self.policy.fire_rate)
+            replicas=running.live_replicas() if running else 1, rate=self.policy.fire_rate,
+            charge=self.share.charge)
     async def hold_bulk(self, req: BulkAction, caller: Caller | None) -> BulkResult:
         return await self._bulk(req, caller, held=True)
 
