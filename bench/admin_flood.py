@@ -28,12 +28,13 @@ answer sends the next request, a busy one after its ``retry_after`` as ``AdminCl
 it started. The child counts what came back: results, busy answers (``unavailable`` with
 ``retry_after``), other errors, timeouts and "no responders"; the bench prints them.
 
-Where the admin service serves matters: on the provider's own connection (no login of its
-own, the default here) the flood's messages share the socket with the firing's
-acknowledgements, which wait behind them; ``--service-login`` gives it a connection of its
-own, as ``ASTRABOX_NATS_SERVICE_USER`` and the shipped ``nats-server.conf`` do.
+The admin service serves on the provider's own connection here (no login of its own), so
+the flood's messages share the socket with the firing's; ``--service-login`` gives it a
+connection of its own, as ``ASTRABOX_NATS_SERVICE_USER`` and the shipped
+``nats-server.conf`` do.
 ``--loop-share 0`` lifts the admin service's cap on the event loop (``admin/admission.py``):
-what the cap buys.
+what the cap buys. ``--whole-list N`` measures what it costs when nothing floods: the whole
+Schedule list of N Schedules read by a plain client, with the cap and without, alternating.
 
 Nothing is asserted; the figures and the ratios are printed (docs/benchmarks.md).
 """
@@ -60,11 +61,12 @@ from firing import InstantHandler, apply_all, minute_schedule, pct, poll, settin
 from nats.aio.msg import Msg
 
 from nats_scheduler import ManualClock, NatsSchedulerProvider
-from nats_scheduler.admin.admission import BUSY_MESSAGE, BUSY_RETRY_AFTER
+from nats_scheduler.admin.admission import BUSY_MESSAGE, BUSY_RETRY_AFTER, LOOP_BURST
+from nats_scheduler.admin.client import AdminClient
 from nats_scheduler.admin.service import AdminService
 from nats_scheduler.names import SERVICE_NAME
 from nats_scheduler.natsserver.process import NatsServer
-from nats_scheduler.seam import EnqueueRequest, Trigger
+from nats_scheduler.seam import EnqueueRequest, RunPayload, Schedule, Trigger
 
 PREFIX = "FLOOD"
 STANDIN = "STANDIN"
@@ -291,6 +293,45 @@ async def main(args: argparse.Namespace) -> None:
             await provider.stop()
 
 
+async def whole_list(args: argparse.Namespace) -> None:
+    """``--whole-list N``: the price of the loop share when nothing floods. N Schedules;
+    a plain ``AdminClient`` reads the whole Schedule list (page after page, as the console
+    does), alternately with the shipped share and with it lifted, ``--rounds`` times each."""
+    clock = ManualClock(START)
+    with tempfile.TemporaryDirectory() as tmp, NatsServer(tmp).start() as server:
+        provider = NatsSchedulerProvider(settings_for(server.url, PREFIX, args.whole_list),
+                                         clock=clock)
+        provider.configure()
+        await provider.start(InstantHandler())
+        nc = await nats.connect(server.url)
+        try:
+            await provider.reconcile([Schedule(f"d-{i:06d}", f"daily {i}",
+                                               f"{i % 60} {i % 24} * * *", "UTC", True,
+                                               RunPayload("agent", "report"), 1)
+                                      for i in range(args.whole_list)])
+            service = provider.runtime.admin if provider.runtime else None
+            assert isinstance(service, AdminService)
+            shipped = service.share.share
+            client = AdminClient(nc, PREFIX, timeout=30.0)
+            times: dict[str, list[float]] = {"shipped share": [], "no share": []}
+            for _ in range(args.rounds):
+                for label, share in (("shipped share", shipped), ("no share", math.inf)):
+                    service.share.share = share
+                    await asyncio.sleep(LOOP_BURST / shipped)  # the bucket drained
+                    began, pages = time.perf_counter(), 0
+                    async for _page in client.schedule_pages():
+                        pages += 1
+                    times[label].append(time.perf_counter() - began)
+            print(f"the whole Schedule list of {args.whole_list:,} Schedules ({pages} pages), "
+                  f"a plain client, {args.rounds} times each, alternating:")
+            for label, values in times.items():
+                print(f"  {label}: median {statistics.median(values):.2f} s "
+                      f"(min {min(values):.2f}, max {max(values):.2f})")
+        finally:
+            await nc.close()
+            await provider.stop()
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -302,6 +343,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--loop-share", type=float, default=None,
                         help="the admin service's share of the event loop (default: the "
                              "shipped LOOP_SHARE; 0: no cap)")
+    parser.add_argument("--whole-list", type=int, default=0, metavar="N",
+                        help="instead: the whole Schedule list of N Schedules with and without "
+                             "the loop share, nothing flooding (what the share costs)")
     parser.add_argument("--service-login", action="store_true",
                         help="the admin service logs in on a connection of its own, as with "
                              "ASTRABOX_NATS_SERVICE_USER and the shipped nats-server.conf "
@@ -322,4 +366,5 @@ if __name__ == "__main__":
     elif len(sys.argv) > 1 and sys.argv[1] == "--standin":
         asyncio.run(standin_main(sys.argv[2]))
     else:
-        asyncio.run(main(parse()))
+        options = parse()
+        asyncio.run(whole_list(options) if options.whole_list else main(options))
