@@ -51,9 +51,10 @@ last longer is a hold until released."""
 EXPLAIN_PAST = timedelta(days=3653)
 """How far back (ten years) an instant of the account of due times may be."""
 
-EXPLAIN_AHEAD = timedelta(days=365)
-"""How far ahead an instant of the account of due times may be (due times to come are
-listed as pending)."""
+EXPLAIN_AHEAD = timedelta(days=3653)
+"""How far ahead (ten years) an instant of the account of due times may be: due times to
+come are listed as pending, a calendar's next years included (docs/audit.md's example
+window is years ahead)."""
 
 MAX_EXPLAIN_PAGE = 1000
 """The most due times one page of the account holds (``limit``)."""
