@@ -279,6 +279,9 @@ async def test_the_command_line_judges_values_starting_with_a_dash_in_its_own_wo
         (("hold", DEP, "--reason", "x", "--until"), "error: --until needs a value"),
         (("runs", DEP, "--limit", "-1"), "limit must be between 1 and 1000, not -1"),
         (("schedules", "--load", "--hours", "-5"), "covers 1 to 48 hours, not -5"),
+        (("explain", DEP, "--since", "-1h"), "error: --since -1h is not an instant in ISO "
+                                              "8601"),
+        (("runs", DEP, "--limit", "-x"), "error: --limit -x is not a whole number"),
     ]
     for argv, words in refused:
         code, _, err = await cli(server, admin.prefix, capsys, *argv)

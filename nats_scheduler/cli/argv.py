@@ -6,7 +6,8 @@ one argument" before the command could say what is wrong with the value. Before 
 such a word after an option that takes exactly one value is joined to it
 (``--until=-5m``), unless it is itself an option of the command: the command then judges
 the value in its own words (``--until -5m is in the past: ...``) with its own exit code.
-An option given no value at all is told so in the same words (:class:`Parser`).
+An option given no value at all, or one its type cannot read, is told so in the same words
+(:class:`Parser`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from typing import NoReturn
 from ..command_line import EXIT_INVALID
 
 _NO_VALUE = re.compile(r"^argument (?P<option>[^:]+): expected one argument$")
+_BAD_VALUE = re.compile(r"^argument (?P<option>[^:]+): invalid (?P<kind>\w+) value: (?P<value>.*)$")
+_KINDS = {"int": "a whole number", "float": "a number",
+          "instant": "an instant in ISO 8601 (2026-12-05T14:00:00Z, or now)"}
 
 
 class Parser(argparse.ArgumentParser):
@@ -27,9 +31,14 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         missing = _NO_VALUE.match(message)
+        bad = _BAD_VALUE.match(message)
         if missing:
             option = missing.group("option").split("/")[-1]
             message = f"{option} needs a value (nats-scheduler {self.prog.split()[-1]} --help)"
+        elif bad:
+            option = bad.group("option").split("/")[-1]
+            kind = _KINDS.get(bad.group("kind"), f"a valid {bad.group('kind')}")
+            message = f"{option} {bad.group('value').strip(chr(39))} is not {kind}"
         self.print_usage(sys.stderr)
         self.exit(EXIT_INVALID, f"error: {message}\n")
 
