@@ -39,6 +39,8 @@ class Parser(argparse.ArgumentParser):
             option = bad.group("option").split("/")[-1]
             kind = _KINDS.get(bad.group("kind"), f"a valid {bad.group('kind')}")
             message = f"{option} {bad.group('value').strip(chr(39))} is not {kind}"
+        elif message.startswith("argument "):  # a type's own words: --page: a page holds ...
+            message = message.removeprefix("argument ")
         self.print_usage(sys.stderr)
         self.exit(EXIT_INVALID, f"error: {message}\n")
 
