@@ -8,8 +8,8 @@ endpoints share the default queue group, so one replica answers each request, ex
 can count them.
 
 Requests and answers are the msgspec types of :mod:`.api`, as JSON, a request decoded and
-bounded in one place (:mod:`.request_checks`); past its limit of requests at once an endpoint
-answers busy at once (:mod:`.admission`). Every failure answers
+bounded in one place (:mod:`.request_checks`); past its limit, or the service's share of the
+loop, an endpoint answers busy at once (:mod:`.admission`). Every failure answers
 ``{"error": {"code", "message"}}`` with a stable :class:`~.api.ErrorCode` (and the
 ``Nats-Service-Error``/``-Code`` headers micro clients look for); messages speak AstraBox's
 words. Actions go through the provider (hold/release, enqueue), so each one is an event
