@@ -135,10 +135,12 @@ class ActionDone(Message):
 
 
 class LoadFailed(Message):
-    """A call failed; ``text`` is the backend's message (AstraBox words), ``code`` its code."""
+    """A call failed; ``text`` is the backend's message (AstraBox words), ``code`` its code;
+    ``busy``: the scheduler was busy and did nothing (``retry_after``), the link is fine."""
 
-    def __init__(self, what: str, text: str, code: ErrorCode) -> None:
+    def __init__(self, what: str, text: str, code: ErrorCode, *, busy: bool = False) -> None:
         super().__init__()
         self.what = what
         self.text = text
         self.code = code
+        self.busy = busy

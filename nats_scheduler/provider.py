@@ -347,7 +347,7 @@ class NatsSchedulerProvider:
         """Run now or Replay: stored (PENDING) on return; the calendar does not move. ``reason``,
         ``on_behalf_of`` (not the seam's): why an operator asked, for whom (the audit trail)."""
         running = self._require_started()
-        validation.check_enqueue(request, reason)
+        validation.check_enqueue(request, reason, on_behalf_of)
         deployment_id = request.deployment_id
         schedule = (await running.current_schedule(deployment_id)
                     if validation.usable_id(deployment_id) else None)

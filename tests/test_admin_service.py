@@ -362,9 +362,12 @@ async def test_a_user_refused_actions_is_told_so_and_can_still_read(tmp_path: Pa
 
 
 def test_the_error_mapping_table_is_pinned() -> None:
+    """A decoding error raised past the request's own decoding is a stored record the
+    scheduler could not read: its failure (internal), never the operator's request."""
     import msgspec
 
     from nats_scheduler.admin.api import OperatorAction
+    from nats_scheduler.admin.request_checks import decode_request
     from nats_scheduler.admin.service import to_admin_error
     from nats_scheduler.seam import (
         InvalidSchedule,
@@ -387,15 +390,19 @@ def test_the_error_mapping_table_is_pinned() -> None:
         (ValueError("x"), ErrorCode.INVALID_REQUEST),
         (SchedulerUnavailable("x"), ErrorCode.UNAVAILABLE),
         (SchedulerConfigurationError("x"), ErrorCode.UNAVAILABLE),
-        (invalid_body, ErrorCode.INVALID_REQUEST),
-        (msgspec.DecodeError("x"), ErrorCode.INVALID_REQUEST),
+        (invalid_body, ErrorCode.INTERNAL),
+        (msgspec.DecodeError("x"), ErrorCode.INTERNAL),
         (KeyError("secret internals"), ErrorCode.INTERNAL),
     ]
     for exc, code in table:
         error = to_admin_error(exc)
         assert error.code == code, exc
         assert "secret" not in error.message
-    assert to_admin_error(invalid_body).message.startswith("the request is not valid: ")
+    assert "could not read a record it stored" in to_admin_error(invalid_body).message
+    with pytest.raises(AdminError) as refused:
+        decode_request(OperatorAction, b"{}", "schedules.hold")
+    assert refused.value.code == ErrorCode.INVALID_REQUEST
+    assert "lacks the field 'deployment_id'" in refused.value.message
 
 
 async def test_a_schedule_list_larger_than_one_message_arrives_in_pages(admin: Admin) -> None:

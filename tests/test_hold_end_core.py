@@ -93,14 +93,29 @@ def test_the_end_of_a_hold_is_checked_and_read_as_operators_type_it() -> None:
     with pytest.raises(ValueError, match="has passed"):
         validation.check_hold_end(T0, T0)
     validation.check_hold_end(T0 + timedelta(seconds=1), T0)
+    validation.check_hold_end(T0 + validation.HOLD_HORIZON, T0)
+    with pytest.raises(ValueError, match=r"until\) must be at most 365 days ahead"):
+        validation.check_hold_end(T0 + validation.HOLD_HORIZON + timedelta(seconds=1), T0)
+    with pytest.raises(ValueError, match="at most 365 days ahead"):
+        validation.check_hold_end(datetime(9999, 12, 31, tzinfo=UTC), T0)
     assert validation.parse_hold_end("+90m", T0) == T0 + timedelta(minutes=90)
+    assert validation.parse_hold_end("90m", T0) == T0 + timedelta(minutes=90)
     assert validation.parse_hold_end("+1d2h", T0) == T0 + timedelta(days=1, hours=2)
-    assert validation.parse_hold_end("2030-03-30T12:00:00+02:00", T0) == datetime(
-        2030, 3, 30, 10, tzinfo=UTC)
-    assert validation.parse_hold_end("2030-03-30T10:00Z", T0) == datetime(2030, 3, 30, 10,
+    assert validation.parse_hold_end("2030-03-30T14:00:00+02:00", T0) == datetime(
+        2030, 3, 30, 12, tzinfo=UTC)
+    assert validation.parse_hold_end("2030-03-30T12:00Z", T0) == datetime(2030, 3, 30, 12,
                                                                           tzinfo=UTC)
-    for bad, words in (("2030-03-30T10:00", "time zone"), ("tomorrow", "cannot read"),
-                       ("+", "cannot read")):
+    for bad, words in (("2030-03-30T12:00", "has no time zone"),
+                       ("tomorrow", "'tomorrow' cannot be read"),
+                       ("+", "cannot be read"), ("-", "cannot be read"),
+                       ("-5m", "^-5m is in the past: give a time ahead"),
+                       ("-1d2h", "^-1d2h is in the past"), ("+0m", "in the past"),
+                       ("2030-03-30T10:00Z", "in the past"),
+                       ("0001-01-01T00:00:00+01:00", "in the past"),
+                       ("+366d", "more than 365 days ahead"),
+                       ("+999999999d", "more than 365 days ahead"),
+                       ("+999999999h999999999m", "more than 365 days ahead"),
+                       ("9999-12-31T23:59:59-05:00", "more than 365 days ahead")):
         with pytest.raises(ValueError, match=words):
             validation.parse_hold_end(bad, T0)
 

@@ -129,9 +129,13 @@ async def test_an_end_without_a_time_zone_or_in_the_past_is_refused(
         try:
             await provider.apply(Schedule(DEP, "Window", "0 3 * * *", "UTC", True,
                                           RunPayload("agent/etl", "load"), 1))
-            for when, words in (("2031-01-01T03:00:00", "must say its time zone"),
-                                ("2020-01-01T03:00:00Z", "has passed"),
-                                ("next tuesday", "cannot read")):
+            for when, words in (("2031-01-01T03:00:00", "--until 2031-01-01T03:00:00 has no "
+                                                        "time zone"),
+                                ("2020-01-01T03:00:00Z", "--until 2020-01-01T03:00:00Z is in "
+                                                         "the past"),
+                                ("next tuesday", "--until 'next tuesday' cannot be read"),
+                                ("-5m", "--until -5m is in the past: give a time ahead"),
+                                ("+400d", "--until +400d is more than 365 days ahead")):
                 code, _, err = await cli(nats_url, prefix, capsys, "hold", DEP, "--reason", "x",
                                          "--until", when)
                 assert code == 2 and words in err, err

@@ -57,10 +57,11 @@ SUBPACKAGES = ("core", "ports", "jetstream", "memory", "projections", "runtime",
 CORE_MAY_IMPORT = {"nats_scheduler.seam"}
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = tuple(
     (name, frozenset(units)) for name, units in (
-        ("pure: the seam, settings, names, time, the functional core, the store's ports",
+        ("pure: the seam, settings, names, time, the functional core, the store's ports, "
+         "the release",
          {"nats_scheduler.seam", "nats_scheduler.settings", "nats_scheduler.names",
           "nats_scheduler.clock", "nats_scheduler.tasks", "nats_scheduler.core",
-          "nats_scheduler.ports"}),
+          "nats_scheduler.ports", "nats_scheduler.release"}),
         ("adapters: the server, the in-memory store, the nats-server process, the terminal, "
          "the test kit",
          {"nats_scheduler.jetstream", "nats_scheduler.memory", "nats_scheduler.natsserver",

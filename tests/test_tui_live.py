@@ -30,6 +30,7 @@ from admin_tui.widgets.event_table import EventTable
 from admin_tui.widgets.replica_table import ReplicaTable
 from admin_tui.widgets.run_table import RunTable
 from admin_tui.widgets.schedule_table import ScheduleTable
+from nats_scheduler.admin.admission import BUSY_MESSAGE
 from nats_scheduler.admin.service import start_admin_service
 from nats_scheduler.natsserver.process import NatsServer
 from nats_scheduler.provider import NatsSchedulerProvider
@@ -64,13 +65,14 @@ class Stack:
 @contextlib.asynccontextmanager
 async def console(
     url: str, *schedules: Schedule, handler: RecordingRunHandler | None = None,
-    prefix: str | None = None, **provider_settings: object,
+    prefix: str | None = None, limits: dict[str, int] | None = None,
+    **provider_settings: object,
 ) -> AsyncIterator[Stack]:
     """A provider + admin service, and the console connected the way the CLI connects it."""
     prefix = prefix or unique_prefix()
     handler = handler or RecordingRunHandler()
     async with running(url, prefix, handler, **provider_settings) as provider:
-        service = await start_admin_service(provider)
+        service = await start_admin_service(provider, limits=limits)
         link = ConnectionLink(settings(url, prefix))
         try:
             for s in schedules:
@@ -101,6 +103,22 @@ def select(pilot: Pilot[None], key: str) -> None:
 
 
 # ----------------------------------------------------------------------------- navigation
+
+
+async def test_a_busy_scheduler_is_shown_as_busy_not_as_a_lost_connection(nats_url: str
+                                                                          ) -> None:
+    """An endpoint at its limit (here 0: always) answers busy: the console says so and
+    keeps its link, the feed and the other views (no "Connection lost; reconnecting")."""
+    async with console(nats_url, schedule("busy-a"), limits={"cluster.status": 0}) as s:
+        pilot, app = s.pilot, s.app
+        await pilot.press("3")
+        await until(pilot, lambda: any(BUSY_MESSAGE in str(n.message)
+                                       for n in app._notifications))
+        assert app.link == "live"
+        assert not any("Connection lost" in str(n.title) for n in app._notifications)
+        await pilot.press("1")
+        await until(pilot, lambda: isinstance(app.screen, SchedulesScreen)
+                    and app.screen.schedules)
 
 
 async def test_navigation_across_every_view(nats_url: str) -> None:

@@ -173,12 +173,16 @@ class ConsoleScreen(Screen[None]):
         try:
             return await call
         except AdminError as exc:
-            self.post_message(LoadFailed(what, exc.message, exc.code))
+            self.post_message(LoadFailed(what, exc.message, exc.code,
+                                         busy=exc.retry_after is not None))
         except Exception:  # a worker must never take the console down
             self.post_message(LoadFailed(what, UNAVAILABLE_TEXT, ErrorCode.UNAVAILABLE))
         return None
 
     def on_load_failed(self, message: LoadFailed) -> None:
+        if message.busy:  # the scheduler answered: busy, not a lost connection
+            self.notify(message.text, title=f"{message.what}: busy", severity="warning")
+            return
         if message.code == ErrorCode.UNAVAILABLE:
             self.console.report_trouble(message.text)
         self.notify(message.text, title=f"{message.what} failed", severity="error")

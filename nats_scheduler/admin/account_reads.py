@@ -24,6 +24,7 @@ import msgspec
 from ..core.dueaccount import Change, Outage, account, due_times_before, refused_change, spans
 from ..core.events import RunRecord, decode_schedule_event
 from ..core.refusals import Refusal, refusal_note
+from ..core.validation import MAX_EXPLAIN_PAGE
 from ..jetstream.history import RunHistory
 from ..jetstream.history_writes import decode_entry
 from ..jetstream.outages import OutageLog, parse_server_time
@@ -37,7 +38,7 @@ from .reader import checked
 DEFAULT_WINDOW = timedelta(hours=24)
 """What ``explain`` accounts for without ``--since``: the last day."""
 
-PAGE_MAX = 1000
+PAGE_MAX = MAX_EXPLAIN_PAGE
 """The most due times one page holds (the service also keeps a page within one message)."""
 
 INDEX_SLACK = timedelta(seconds=60)

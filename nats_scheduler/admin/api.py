@@ -19,8 +19,12 @@ Endpoint subjects (``P`` = ``ASTRABOX_NATS_PREFIX``)::
     P.admin.runs.get            RunRef                -> RunView
     P.admin.runs.run_now        RunNowRequest         -> RunView
     P.admin.runs.replay         ReplayRequest         -> RunView
-    P.admin.cluster.status      {}                    -> ClusterStatus
-    P.admin.health              {}                    -> Health
+    P.admin.cluster.status      EmptyRequest          -> ClusterStatus
+    P.admin.health              EmptyRequest          -> Health
+
+The request types (``request_api.py``) refuse fields they do not know; answers ignore them
+(forward compatible). An endpoint past its concurrency limit answers ``unavailable`` at once
+with ``retry_after`` set (``admission.py``).
 """
 
 from __future__ import annotations
@@ -38,7 +42,18 @@ from ..core.refusals import Refusal
 from ..seam import RunState
 from .load_api import LoadAhead as LoadAhead  # the load's types, re-exported
 from .load_api import LoadMinute as LoadMinute
-from .load_api import LoadRequest as LoadRequest
+from .request_api import BulkAction as BulkAction  # the request types, re-exported
+from .request_api import EmptyRequest as EmptyRequest
+from .request_api import ExplainRequest as ExplainRequest
+from .request_api import LoadRequest as LoadRequest
+from .request_api import OperatorAction as OperatorAction
+from .request_api import ReplayRequest as ReplayRequest
+from .request_api import Request as Request
+from .request_api import RunListRequest as RunListRequest
+from .request_api import RunNowRequest as RunNowRequest
+from .request_api import RunRef as RunRef
+from .request_api import ScheduleListRequest as ScheduleListRequest
+from .request_api import ScheduleRef as ScheduleRef
 
 
 class ErrorCode(StrEnum):
@@ -53,17 +68,24 @@ class ErrorCode(StrEnum):
 
 
 class AdminError(Exception):
-    """An admin request failed; ``code`` is one of :class:`ErrorCode`."""
+    """An admin request failed; ``code`` is one of :class:`ErrorCode`. ``retry_after``: the
+    service was busy and took nothing on; asking again after this many seconds may work."""
 
-    def __init__(self, code: ErrorCode, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str, *,
+                 retry_after: float | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.retry_after = retry_after
 
 
-class ErrorBody(msgspec.Struct, frozen=True):
+class ErrorBody(msgspec.Struct, frozen=True, omit_defaults=True):
     code: ErrorCode
     message: str
+    retry_after: float | None = None
+    """Set only on a busy answer (``unavailable``, the endpoint at its concurrency limit):
+    nothing was done, ask again after this many seconds. Clients older than the field
+    ignore it."""
 
 
 class ErrorAnswer(msgspec.Struct, frozen=True):
@@ -324,86 +346,6 @@ class Health(msgspec.Struct, frozen=True, kw_only=True):
 def _count(total: int | None, listed: list[Any]) -> int:
     """A list's full length: the count the answer gives, or the list's own length."""
     return len(listed) if total is None else max(total, len(listed))
-
-
-# ----------------------------------------------------------------------------- requests
-
-
-class ScheduleListRequest(msgspec.Struct, frozen=True, kw_only=True):
-    filter: str | None = None  # substring of deployment ID or name, case-insensitive
-    include_deleted: bool = False
-    after: str | None = None  # the page after this deployment ID (ScheduleList.next_after)
-
-
-class ScheduleRef(msgspec.Struct, frozen=True, kw_only=True):
-    deployment_id: str
-
-
-class OperatorAction(msgspec.Struct, frozen=True, kw_only=True):
-    deployment_id: str
-    by: str
-    reason: str
-    on_behalf_of: str | None = None
-    """Whom the operator says they act for (``--by``): recorded as stated, never as who acted
-    (the service records the user the server authenticated, when it can)."""
-    until: datetime | None = None
-    """A hold only: when it lifts itself (on the store's clock; a due time at or after it
-    fires). With its time zone, still to come; None: until released."""
-
-
-class BulkAction(msgspec.Struct, frozen=True, kw_only=True):
-    filter: str
-    by: str
-    reason: str
-    on_behalf_of: str | None = None
-    """Whom the operator says they act for (``--by``): recorded as stated, never as who acted
-    (the service records the user the server authenticated, when it can)."""
-    until: datetime | None = None
-    """A hold only: when the holds lift themselves (as :attr:`OperatorAction.until`)."""
-    after: str | None = None
-    """Act only on the matching Schedules after this deployment ID (BulkResult.next_after)."""
-    limit: int | None = None
-    """Act on at most this many (1..1000) and answer with ``next_after`` when more match;
-    None: all of them in one answer (how clients older than pages ask)."""
-
-
-class RunListRequest(msgspec.Struct, frozen=True, kw_only=True):
-    deployment_id: str
-    limit: int = 50
-    before: str | None = None
-
-
-class ExplainRequest(msgspec.Struct, frozen=True, kw_only=True):
-    """A page of the account of due times: of ``[since, until]`` (default: the last 24 h up
-    to now), the ``limit`` newest due times before ``before``."""
-
-    deployment_id: str
-    since: datetime | None = None
-    until: datetime | None = None
-    before: datetime | None = None
-    limit: int = 500
-
-
-class RunRef(msgspec.Struct, frozen=True, kw_only=True):
-    run_id: str
-
-
-class RunNowRequest(msgspec.Struct, frozen=True, kw_only=True):
-    deployment_id: str
-    by: str
-    reason: str | None = None
-    request_id: str | None = None
-    on_behalf_of: str | None = None
-    """As for :class:`OperatorAction` (refused while a Run cannot store it apart)."""
-
-
-class ReplayRequest(msgspec.Struct, frozen=True, kw_only=True):
-    run_id: str
-    by: str
-    reason: str | None = None
-    request_id: str | None = None
-    on_behalf_of: str | None = None
-    """As for :class:`OperatorAction` (refused while a Run cannot store it apart)."""
 
 
 # ----------------------------------------------------------------------------- backend

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import msgspec
 
+from ..core import validation
 from ..core.events import Caller
 from .api import AdminError, BulkAction, BulkResult, ErrorCode
 from .bounded import PAGE_BYTES_MIN
@@ -19,7 +20,7 @@ from .host import AdminHost
 from .service_errors import required
 from .views import matches
 
-MAX_BULK_PAGE = 1000
+MAX_BULK_PAGE = validation.MAX_BULK_PAGE
 """The most Schedules one page of a bulk action may change (a page answers in seconds)."""
 
 _encoder = msgspec.json.Encoder()

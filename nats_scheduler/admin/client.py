@@ -14,11 +14,18 @@ The event feed (``events``, ``recent_events``) is ``jetstream/event_feed.py``'s
 
 Run now and Replay carry an idempotency key (a fresh one unless the caller passes one), so a
 request repeated after a lost answer creates one Run, not two.
+
+A busy answer (``unavailable`` with ``retry_after``: the endpoint was at its limit and did
+nothing) is asked again up to :data:`BUSY_RETRIES` times, after ``retry_after`` and then
+twice that, a little jittered, within the request's own timeout; then its message is the
+error. Requests carry only the fields set (the request types omit defaults).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
@@ -50,6 +57,9 @@ A = TypeVar("A")
 BULK_PAGE = 200
 """Schedules per page of a bulk action: each page answers well within the request timeout,
 and stopping between two pages leaves at most one page done after the operator stopped."""
+
+BUSY_RETRIES = 2
+"""How many times a busy answer is asked again (docs/operations.md, "Under load")."""
 
 _encoder = msgspec.json.Encoder()
 
@@ -86,9 +96,27 @@ class AdminClient:
 
     async def _call(self, endpoint: str, request: msgspec.Struct | None, answer: type[A],
                     *, timeout: float | None = None) -> A:
-        subject = self.names.admin_subject(endpoint)
+        """One request, asked again after a busy answer while its timeout allows."""
         body = _encoder.encode(request) if request is not None else b"{}"
-        wait = timeout or self.timeout
+        loop = asyncio.get_running_loop()
+        total = timeout or self.timeout
+        deadline = loop.time() + total
+        retries = 0
+        while True:
+            try:
+                return await self._once(endpoint, body, answer, deadline - loop.time(), total)
+            except api.AdminError as exc:
+                if exc.retry_after is None or retries == BUSY_RETRIES:
+                    raise
+                retries += 1
+                pause = exc.retry_after * retries * random.uniform(0.75, 1.25)
+                if loop.time() + pause + exc.retry_after > deadline:
+                    raise  # no time left to wait for an answer after the pause
+                await asyncio.sleep(pause)
+
+    async def _once(self, endpoint: str, body: bytes, answer: type[A], wait: float,
+                    total: float) -> A:
+        subject = self.names.admin_subject(endpoint)
         mark = self._violations.mark()
         try:
             msg = await self.nc.request(subject, body, timeout=wait)
@@ -99,7 +127,7 @@ class AdminClient:
                 raise api.AdminError(api.ErrorCode.FORBIDDEN,
                                  f"the connected user may not send this request ({endpoint})"
                                  ) from exc
-            raise _NoService(f"no scheduler process answered within {wait:g} s") from exc
+            raise _NoService(f"no scheduler process answered within {total:g} s") from exc
         except (nats.errors.Error, OSError) as exc:
             raise api.AdminError(api.ErrorCode.UNAVAILABLE,
                              "the connection to the scheduler's server is not usable") from exc
@@ -384,7 +412,7 @@ def _decode_answer(msg: Msg, answer: type[A]) -> A:
         except (msgspec.ValidationError, msgspec.DecodeError):
             raise api.AdminError(api.ErrorCode.INTERNAL,
                              headers.get(HDR_SERVICE_ERROR) or "the scheduler failed") from None
-        raise api.AdminError(error.code, error.message)
+        raise api.AdminError(error.code, error.message, retry_after=error.retry_after)
     try:
         return msgspec.json.decode(msg.data, type=answer)
     except (msgspec.ValidationError, msgspec.DecodeError):

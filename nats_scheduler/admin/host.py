@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, Unpack
 
+from ..clock import Clock
 from ..core.events import RunRecord, ScheduleRecord
 from ..core.refusals import Refusal
 from ..core.schedulecore import OperatorNotes
@@ -57,6 +58,11 @@ class RefusalSource(Protocol):
 
 class RunningReplica(Protocol):
     """The running parts of the hosting process, between its start and its stop."""
+
+    @property
+    def clock(self) -> Clock:
+        """The store's clock, as this replica estimates it (a hold's end is judged by it)."""
+        ...
 
     @property
     def metrics(self) -> MetricsSource: ...

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from ..core.events import ScheduleRecord
@@ -28,10 +29,11 @@ from ..core.herd import (
     calendars,
     herd_capacity,
 )
+from ..core.validation import MAX_LOAD_HOURS
 from .api import LoadAhead, LoadMinute
 
-MAX_HOURS = 48
-"""The farthest a load answer looks ahead."""
+MAX_HOURS = MAX_LOAD_HOURS
+"""The farthest a load answer looks ahead (``core/validation.py``)."""
 
 
 class LoadCounter:
@@ -58,10 +60,20 @@ class LoadCounter:
                          capacity=capacity)
 
     async def answer(self, records: Sequence[ScheduleRecord], now: datetime, hours: int, *,
-                     replicas: int | None, rate: float = FIRE_RATE_PER_REPLICA) -> LoadAhead:
-        """:meth:`count` in a thread (``records``: read once by the caller, on its loop)."""
-        return await asyncio.to_thread(self.count, records, now, hours, replicas=replicas,
-                                       rate=rate)
+                     replicas: int | None, rate: float = FIRE_RATE_PER_REPLICA,
+                     charge: Callable[[float], None] | None = None) -> LoadAhead:
+        """:meth:`count` in a thread (``records``: read once by the caller, on its loop);
+        ``charge`` is told the CPU seconds the thread took (it holds the interpreter the
+        event loop needs: the admin service's loop share counts it)."""
+        def timed() -> tuple[LoadAhead, float]:
+            began = time.thread_time()
+            load = self.count(records, now, hours, replicas=replicas, rate=rate)
+            return load, time.thread_time() - began
+
+        load, seconds = await asyncio.to_thread(timed)
+        if charge is not None:
+            charge(seconds)
+        return load
 
 
 def herd_text(minute: LoadMinute, load: LoadAhead) -> str:

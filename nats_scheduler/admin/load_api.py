@@ -1,5 +1,6 @@
-"""The admin API's types of the load ahead (``P.admin.schedules.load``): the request, and the
-scheduled Runs due per minute with the herds the live replicas would not start in time.
+"""The admin API's types of the load ahead (``P.admin.schedules.load``): the scheduled Runs
+due per minute with the herds the live replicas would not start in time (the request,
+``LoadRequest``, is in ``request_api.py`` with the others).
 
 Apart from ``api.py`` (which re-exports them) to keep that module within its size.
 """
@@ -9,12 +10,6 @@ from __future__ import annotations
 from datetime import datetime
 
 import msgspec
-
-
-class LoadRequest(msgspec.Struct, frozen=True, kw_only=True):
-    hours: int = 24
-    """How far ahead, from now (1..48)."""
-
 
 
 class LoadMinute(msgspec.Struct, frozen=True, kw_only=True):

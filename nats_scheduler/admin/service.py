@@ -7,7 +7,9 @@ endpoints share the default queue group, so one replica answers each request, ex
 ``replica.status``, which every replica answers (a queue group of its own) so cluster status
 can count them.
 
-Requests and answers are the msgspec types of :mod:`.api`, as JSON. Every failure answers
+Requests and answers are the msgspec types of :mod:`.api`, as JSON, a request decoded and
+bounded in one place (:mod:`.request_checks`); past its limit, or the service's share of the
+loop, an endpoint answers busy at once (:mod:`.admission`). Every failure answers
 ``{"error": {"code", "message"}}`` with a stable :class:`~.api.ErrorCode` (and the
 ``Nats-Service-Error``/``-Code`` headers micro clients look for); messages speak AstraBox's
 words. Actions go through the provider (hold/release, enqueue), so each one is an event
@@ -36,9 +38,8 @@ it twice.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
-from importlib import metadata
 from typing import Any, TypeVar
 
 import msgspec
@@ -49,14 +50,18 @@ from ..core.refusals import Refusal
 from ..core.serving import Serving
 from ..jetstream.admin_transport import AdminReply, AdminRequest, Endpoint, ServiceBinding
 from ..names import SERVICE_NAME
+from ..release import installed_version
 from ..seam import EnqueueRequest, Trigger
+from . import admission
 from .account_reads import AccountReader
+from .admission import charged
 from .api import (
     AdminError,
     BulkAction,
     BulkResult,
     ClusterStatus,
     DueAccount,
+    EmptyRequest,
     ErrorCode,
     ExplainRequest,
     Health,
@@ -64,7 +69,6 @@ from .api import (
     LoadRequest,
     OperatorAction,
     ReplayRequest,
-    ReplicaMetrics,
     ReplicaView,
     RunList,
     RunListRequest,
@@ -80,18 +84,18 @@ from .api import (
 from .bounded import (
     PAGE_BYTES_MIN,
     bounded_cluster_status,
-    bounded_health,
-    bounded_replica,
     fit,
     reply_budget,
 )
 from .bulk import change_matching
 from .callers import proven_caller, requester, stated, who_text
-from .health import HealthPolicy, build_health
+from .health import HealthPolicy
 from .herd_watch import BusiestMinute
 from .host import AdminHost
 from .load import LoadCounter
-from .reader import REPLICA_STATUS_ENDPOINT, StoreReader, lease_expiries
+from .reader import REPLICA_STATUS_ENDPOINT, StoreReader
+from .replica_answers import health_of, replica_view
+from .request_checks import check_request, decode_request
 from .service_errors import error_body, error_headers, optional_reason, required, to_admin_error
 from .serving import refused_at_start
 from .views import probe_limit, run_list, schedule_detail, schedule_page, schedule_view
@@ -103,27 +107,16 @@ R = TypeVar("R", bound=msgspec.Struct)
 _encoder = msgspec.json.Encoder()
 
 
-class _Empty(msgspec.Struct, frozen=True):
-    """The body of requests that take no arguments (``{}`` or nothing)."""
-
-
 ACTIONS = frozenset({"schedules.hold", "schedules.release", "schedules.hold_bulk",
                      "schedules.release_bulk", "runs.run_now", "runs.replay"})
 """The endpoints that change something: their handlers are told who sent the request."""
 
 
-def _version() -> str:
-    try:
-        return metadata.version("astrabox-scheduler-nats")
-    except metadata.PackageNotFoundError:  # running from a source tree
-        return "0.0.0"
-
-
 class AdminService:
     """The micro service of one provider process. Use :func:`start_admin_service`."""
 
-    def __init__(self, provider: AdminHost, *,
-                 policy: HealthPolicy | None = None, clock: Clock | None = None) -> None:
+    def __init__(self, provider: AdminHost, *, policy: HealthPolicy | None = None,
+                 clock: Clock | None = None, limits: Mapping[str, int] | None = None) -> None:
         self.provider = provider
         self.clock: Clock = clock or SystemClock()
         store = provider.store
@@ -138,10 +131,21 @@ class AdminService:
         self._load = LoadCounter()
         self.serving = Serving.STARTING
         """Whether it serves once started, or why not (this replica's key says it)."""
+        self.limits = {**admission.ENDPOINT_LIMITS, **(limits or {})}
+        """Endpoint -> requests answered at once (:mod:`.admission`; tests lower them)."""
+        self.share = admission.LoopShare()
+        """The loop time the requests hold, capped (:class:`.admission.LoopShare`)."""
+        self.status_flight = admission.SingleFlight(
+            lambda: charged(self._gather_status(), self.share))
 
     @property
     def _clock_now(self) -> datetime:
         return self.clock.now()
+
+    def _store_now(self) -> datetime:
+        """The store's clock as the provider keeps it (a hold's end is judged by it)."""
+        running = self.provider.runtime
+        return running.clock.now() if running is not None else self._clock_now
 
     @property
     def service(self) -> ServiceBinding:
@@ -172,8 +176,8 @@ class AdminService:
             "runs.get": (RunRef, self.get_run),
             "runs.run_now": (RunNowRequest, self.run_now),
             "runs.replay": (ReplayRequest, self.replay),
-            "cluster.status": (_Empty, self.cluster_status),
-            "health": (_Empty, self.health),
+            "cluster.status": (EmptyRequest, self.cluster_status),
+            "health": (EmptyRequest, self.health),
         }
 
     async def start(self) -> None:
@@ -183,22 +187,27 @@ class AdminService:
             self.nc, login,
             client_name=f"{identity} admin service",
             name=SERVICE_NAME,
-            version=_version(),
+            version=installed_version(),
             description="AstraBox scheduler: Schedules, Runs, holds and health",
             metadata={"prefix": self.names.prefix, "identity": identity,
                       # what an action records as who acted (`nats micro info` shows it)
                       "callers": "authenticated" if login is not None else "stated"},
             violations=self.provider.store.violations,
         )
+        busy = admission.busy_error()
+        busy_reply = AdminReply(error_body(busy), headers=error_headers(busy))
         for endpoint, (kind, handler) in self.endpoints().items():
             await self.service.add_endpoint(
                 endpoint.replace(".", "_"), self.names.admin_subject(endpoint),
-                self._wrap(kind, handler, acts=endpoint in ACTIONS),
+                self._wrap(endpoint, kind, handler, acts=endpoint in ACTIONS),
+                gate=self._gate(endpoint), busy=busy_reply,
             )
         await self.service.add_endpoint(
             REPLICA_STATUS_ENDPOINT.replace(".", "_"),
             self.names.admin_subject(REPLICA_STATUS_ENDPOINT),
-            self._wrap(_Empty, self.replica_status, gated=False),
+            self._wrap(REPLICA_STATUS_ENDPOINT, EmptyRequest, self.replica_status,
+                       gated=False),
+            gate=self._gate(REPLICA_STATUS_ENDPOINT), busy=busy_reply,
             queue_group=f"replica-{self.service.id}",
         )
         subscriptions = await self.service.ready()
@@ -222,19 +231,30 @@ class AdminService:
             self.serving = Serving.STOPPED
         if service is not None:
             await service.stop()
+        await self.status_flight.cancel()
 
     # ------------------------------------------------------------------ plumbing
 
-    def _wrap(self, kind: type[R], handler: Callable[..., Awaitable[Any]], *,
+    def _gate(self, endpoint: str) -> admission.EndpointGate:
+        return admission.EndpointGate(self.limits[endpoint], self.share,
+                                      exempt=endpoint in admission.EXEMPT)
+
+    def _wrap(self, endpoint: str, kind: type[R], handler: Callable[..., Awaitable[Any]], *,
               gated: bool = True, acts: bool = False) -> Endpoint:
-        """``gated``: answer only once the provider has loaded its Schedules (every answer
-        but ``replica.status``, which says whether it has). ``acts``: an action, whose
-        handler is also given who sent it (:func:`.callers.proven_caller`)."""
+        """The request decoded and bounded first (:mod:`.request_checks`: the only
+        ``invalid_request`` of a body). ``gated``: answer only once the provider has loaded
+        its Schedules (every answer but ``replica.status``, which says whether it has).
+        ``acts``: an action, whose handler is also given who sent it
+        (:func:`.callers.proven_caller`)."""
         async def handle(request: AdminRequest) -> AdminReply:
+            return await charged(answer(request), self.share)
+
+        async def answer(request: AdminRequest) -> AdminReply:
             try:
+                payload = decode_request(kind, request.data, endpoint)
+                check_request(payload, self._clock_now, store_now=self._store_now())
                 if gated:
                     await self.provider.until_ready()
-                payload = msgspec.json.decode(request.data or b"{}", type=kind)
                 if acts:
                     caller = proven_caller(request.headers, proves=self.proves_callers)
                     answer = await handler(payload, caller)
@@ -283,6 +303,9 @@ class AdminService:
                       held: bool) -> ScheduleView:
         """Hold or release one Schedule, recording who (proven when ``caller``) and why."""
         by, reason = required(req.by, "by"), required(req.reason, "reason")
+        if not held and req.until is not None:
+            raise AdminError(ErrorCode.INVALID_REQUEST,
+                             "until is the end of a hold: a release takes none")
         behalf = stated(req.on_behalf_of)
         ends = {"until": req.until} if held and req.until is not None else {}
         change = self.provider.hold if held else self.provider.release
@@ -336,7 +359,8 @@ class AdminService:
         running = self.provider.runtime
         return await self._load.answer(
             self.provider.schedules.live(), self._clock_now, req.hours,
-            replicas=running.live_replicas() if running else 1, rate=self.policy.fire_rate)
+            replicas=running.live_replicas() if running else 1, rate=self.policy.fire_rate,
+            charge=self.share.charge)
     async def hold_bulk(self, req: BulkAction, caller: Caller | None) -> BulkResult:
         return await self._bulk(req, caller, held=True)
 
@@ -388,61 +412,37 @@ class AdminService:
     def _budget(self) -> int:
         return reply_budget(self.provider.store.max_payload)
 
-    async def replica_status(self, _req: _Empty) -> ReplicaView:
-        dispatcher, ticker = self.provider.dispatcher, self.provider.ticker
-        running = self.provider.runtime
-        return bounded_replica(ReplicaView(
-            identity=self.provider.identity,
-            started_at=self.started_at,
-            now=self._clock_now,
-            in_flight=sorted(dispatcher.in_flight) if dispatcher is not None else [],
-            schedules_planned=ticker.planned if ticker is not None else 0,
-            ready=self.provider.ready,
-            metrics=None if running is None else msgspec.convert(
-                running.metrics.snapshot(), ReplicaMetrics, from_attributes=True),
-            refused=[] if running is None else running.refusals.listed(),
-            **self._offset(),
-        ), self._budget(), refused_total=None if running is None else running.refusals.count)
+    async def replica_status(self, _req: EmptyRequest) -> ReplicaView:
+        return replica_view(self.provider, started_at=self.started_at, now=self._clock_now,
+                            budget=self._budget())
 
-    def _offset(self) -> dict[str, float]:
-        """``server_offset`` and its error, when this replica has a fresh estimate."""
-        running = self.provider.runtime
-        measured = None if running is None else running.server_offset()
-        if measured is None:
-            return {}
-        offset, error = measured
-        return {"server_offset": offset, "server_offset_error": error}
-
-    async def cluster_status(self, _req: _Empty) -> ClusterStatus:
+    async def cluster_status(self, _req: EmptyRequest) -> ClusterStatus:
         """Every replica, lease and Run in flight: the lists cut to fit one message, each
-        with its count (admin/bounded.py)."""
+        with its count (admin/bounded.py). Callers share one fan-out: one arriving while one
+        runs gets its answer (:class:`.admission.SingleFlight`)."""
+        return await self.status_flight()
+
+    async def _gather_status(self) -> ClusterStatus:
         return bounded_cluster_status(await self.reader.cluster_status(), self._budget())
 
-    async def health(self, _req: _Empty) -> Health:
-        leases = lease_expiries(await self.reader.leases())
-        live = self.provider.schedules.live()
-        health = build_health(live, self.provider.ledger, leases,
-                              self._clock_now, self.policy, alive_since=self.started_at)
-        running = self.provider.runtime
-        skipped = [f"{f.poisoned} skipped, last {f.last_poison}"
-                   for f in (running.followers if running else []) if f.poisoned]
-        minute, due = await self._busiest.get(live, self._clock_now)
-        return bounded_health(msgspec.structs.replace(
-            health, skipped_events=skipped, busiest_minute=minute, busiest_due=due,
-            live_replicas=running.live_replicas() if running else None, **self._offset()),
-            self._budget())
+    async def health(self, _req: EmptyRequest) -> Health:
+        return await health_of(self.provider, self.reader, self.policy, self._busiest,
+                               started_at=self.started_at, now=self._clock_now,
+                               budget=self._budget())
 
 
 async def start_admin_service(provider: AdminHost, *,
                               policy: HealthPolicy | None = None,
-                              clock: Clock | None = None) -> AdminService:
+                              clock: Clock | None = None,
+                              limits: Mapping[str, int] | None = None) -> AdminService:
     """Serve a started provider's admin service with these options, replacing its own.
 
     The provider stops it at ``stop()``; stopping it earlier (``service.stop()``) leaves the
     process without one. ``clock`` is the clock of the answers' "now" (next due times,
-    health); pass the provider's own when tests drive it with a ManualClock.
+    health); pass the provider's own when tests drive it with a ManualClock. ``limits``:
+    endpoint -> requests answered at once, over :data:`.admission.ENDPOINT_LIMITS`.
     """
-    service = AdminService(provider, policy=policy, clock=clock)
+    service = AdminService(provider, policy=policy, clock=clock, limits=limits)
     running = provider.runtime
     assert running is not None  # AdminService() above refuses a provider not started
     await running.serve(service)

@@ -5,6 +5,11 @@ Every failure of an endpoint answers ``{"error": {"code", "message"}}`` with a s
 look for. The seam's errors already speak AstraBox's words, so their messages pass as they
 are; anything unexpected becomes INTERNAL with a message that points at the log, never a
 repr.
+
+A request body that does not decode is refused where it is decoded
+(``request_checks.decode_request``, ``invalid_request``); a decoding error raised deeper is a
+stored record this scheduler could not read, the scheduler's failure and not the operator's:
+INTERNAL, logged.
 """
 
 from __future__ import annotations
@@ -44,10 +49,9 @@ def to_admin_error(exc: BaseException) -> AdminError:
         return AdminError(ErrorCode.NOT_FOUND, str(exc))
     if isinstance(exc, ScheduleCapacityExceeded):
         return AdminError(ErrorCode.CONFLICT, str(exc))
-    if isinstance(exc, msgspec.ValidationError):  # before ValueError: it is one
-        return AdminError(ErrorCode.INVALID_REQUEST, f"the request is not valid: {exc}")
-    if isinstance(exc, msgspec.DecodeError):
-        return AdminError(ErrorCode.INVALID_REQUEST, "the request is not valid JSON")
+    if isinstance(exc, msgspec.DecodeError):  # before ValueError: it is one
+        return AdminError(ErrorCode.INTERNAL, "the scheduler could not read a record it "
+                          "stored; see the scheduler's log")
     if isinstance(exc, (InvalidSchedule, ValueError)):
         return AdminError(ErrorCode.INVALID_REQUEST, str(exc))
     if isinstance(exc, (SchedulerUnavailable, SchedulerConfigurationError, SchedulerError)):
@@ -57,7 +61,8 @@ def to_admin_error(exc: BaseException) -> AdminError:
 
 
 def error_body(error: AdminError) -> bytes:
-    return _encoder.encode(ErrorAnswer(error=ErrorBody(code=error.code, message=error.message)))
+    return _encoder.encode(ErrorAnswer(error=ErrorBody(code=error.code, message=error.message,
+                                                       retry_after=error.retry_after)))
 
 
 def error_headers(error: AdminError) -> dict[str, str]:

@@ -19,10 +19,11 @@ import sys
 from collections.abc import Sequence
 
 from . import check, demo, devhost, events, explain, runs, schedules, server, status
+from .argv import Parser, join_dash_values
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="nats-scheduler",
         description="Operate the AstraBox 'nats' scheduler: Schedules, Runs, holds, events, "
                     "cluster health; plus a demo, a development server and a dev host.",
@@ -39,7 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the process exit code."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(join_dash_values(parser, words))
     return int(args.func(args))
 
 

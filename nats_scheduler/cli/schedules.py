@@ -125,10 +125,10 @@ async def _hold_or_release(args: argparse.Namespace, hold: bool) -> int:
     by = common.default_actor()
     until = None
     if hold and args.until is not None:
-        try:
+        try:  # read and checked on this host's clock; the scheduler checks on the store's
             until = parse_hold_end(args.until, SystemClock().now())
         except ValueError as exc:
-            return common.report_error(args, ErrorCode.INVALID_REQUEST, str(exc))
+            return common.report_error(args, ErrorCode.INVALID_REQUEST, f"--until {exc}")
     async with common.admin_client(args) as client:
         if args.filter:
             result = await _bulk(client, args, hold, by, until)
@@ -176,6 +176,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             command.add_argument(
                 "--until", metavar="WHEN",
                 help="the hold lifts itself then (by the store's clock): an instant with its "
-                     "time zone (2026-12-05T14:00:00Z) or a time from now (+90m, +2h, +1d)")
+                     "time zone (2026-12-05T14:00:00Z) or a time from now (+90m, +2h, +1d), "
+                     "at most 365 days ahead")
         command.set_defaults(func=lambda a, h=hold: common.run_command(
             a, lambda args: _hold_or_release(args, h)))

@@ -34,6 +34,38 @@ MAX_PAGE = 1000
 MAX_ID_LENGTH = 255
 """Longest deployment or Run ID, in characters."""
 
+# The bounds of the admin requests (docs/operations.md, "Bounds of a request"): every text,
+# number and instant an operator's request carries has one, so no request can ask for
+# unbounded work or store an unbounded note. The notes (by, reason, on behalf of) take
+# MAX_NOTE_CHARS and the IDs MAX_ID_LENGTH, as above.
+
+MAX_REQUEST_ID_CHARS = 255
+"""Longest idempotency key (``request_id``) of a Run now or Replay."""
+
+MAX_FILTER_CHARS = 255
+"""Longest filter text (the Schedule list, a bulk hold or release): IDs are no longer."""
+
+HOLD_HORIZON = timedelta(days=365)
+"""The farthest ahead a hold's end (``until``) may be, on the store's clock. A hold meant to
+last longer is a hold until released."""
+
+EXPLAIN_PAST = timedelta(days=3653)
+"""How far back (ten years) an instant of the account of due times may be."""
+
+EXPLAIN_AHEAD = timedelta(days=3653)
+"""How far ahead (ten years) an instant of the account of due times may be: due times to
+come are listed as pending, a calendar's next years included (docs/audit.md's example
+window is years ahead)."""
+
+MAX_EXPLAIN_PAGE = 1000
+"""The most due times one page of the account holds (``limit``)."""
+
+MAX_BULK_PAGE = 1000
+"""The most Schedules one page of a bulk hold or release may change (``limit``)."""
+
+MAX_LOAD_HOURS = 48
+"""The farthest the load ahead looks (``hours``)."""
+
 
 def check_id(value: str) -> None:
     """ValueError unless ``value`` can be an ID: not empty, at most :data:`MAX_ID_LENGTH`
@@ -88,12 +120,66 @@ def text_problem(value: str, max_chars: int | None = None) -> str | None:
     return None
 
 
+def check_text(what: str, value: str | None, max_chars: int) -> None:
+    """ValueError naming ``what`` when ``value`` is longer than ``max_chars`` or no valid
+    Unicode text (None passes: an absent optional text)."""
+    problem = None if value is None else text_problem(value, max_chars)
+    if problem is not None:
+        raise ValueError(f"{what} {problem}")
+
+
 def check_notes(**notes: str | None) -> None:
     """ValueError naming the first operator note (who, why) that cannot be stored."""
     for what, value in notes.items():
-        problem = None if value is None else text_problem(value, MAX_NOTE_CHARS)
-        if problem is not None:
-            raise ValueError(f"{what} {problem}")
+        check_text(what, value, MAX_NOTE_CHARS)
+
+
+def check_request_id(value: str | None) -> None:
+    """An idempotency key, when given: not empty, at most :data:`MAX_REQUEST_ID_CHARS`."""
+    if value is None:
+        return
+    if not value:
+        raise ValueError("request_id must not be empty")
+    check_text("request_id", value, MAX_REQUEST_ID_CHARS)
+
+
+def check_id_field(what: str, value: str | None) -> None:
+    """ValueError naming ``what`` unless ``value`` (when given) can be an ID (:func:`check_id`)."""
+    if value is None:
+        return
+    try:
+        check_id(value)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{what} is not usable: {exc}") from None
+
+
+def check_number(what: str, value: int | None, low: int, high: int) -> None:
+    """ValueError naming ``what`` unless ``value`` (when given) is an int in ``[low, high]``."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{what} must be between {low} and {high}, not {value}")
+
+
+def check_instant(what: str, value: datetime | None, now: datetime, *,
+                  back: timedelta, ahead: timedelta) -> None:
+    """ValueError naming ``what`` unless ``value`` (when given) says its time zone and lies
+    between ``back`` before ``now`` and ``ahead`` after it."""
+    if value is None:
+        return
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{what} must name its time zone (for example 2026-12-05T14:00:00Z)")
+    if not now - back <= value <= now + ahead:
+        raise ValueError(f"{what} must lie within {back.days} days before now and "
+                         f"{ahead.days} days after ({shown_instant(value)} does not)")
+
+
+def shown_instant(value: datetime) -> str:
+    """An instant for a message, in UTC when it can be (``2026-12-05 14:00:00Z``)."""
+    try:
+        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    except (OverflowError, ValueError):  # year 1 with a positive offset has no UTC form
+        return value.isoformat()
 
 
 def check_operator_action(by: str, reason: str, on_behalf_of: str | None = None, *,
@@ -110,15 +196,20 @@ def check_operator_action(by: str, reason: str, on_behalf_of: str | None = None,
 
 
 def check_hold_end(until: datetime | None, now: datetime) -> None:
-    """A hold's end, when given, is an instant with its time zone, still to come."""
+    """A hold's end, when given, is an instant with its time zone, still to come, at most
+    :data:`HOLD_HORIZON` ahead (``now``: the store's clock where the hold is decided)."""
     if until is None:
         return
     if until.tzinfo is None or until.utcoffset() is None:
-        raise ValueError("the end of a hold must say its time zone (for example "
+        raise ValueError("the end of a hold (until) must say its time zone (for example "
                          "2026-12-05T14:00:00Z or 2026-12-05T15:00:00+01:00)")
     if until <= now:
-        shown = until.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-        raise ValueError(f"the end of a hold must be later than now ({shown} has passed)")
+        raise ValueError(f"the end of a hold (until) must be later than now "
+                         f"({shown_instant(until)} has passed)")
+    if until > now + HOLD_HORIZON:
+        raise ValueError(f"the end of a hold (until) must be at most {HOLD_HORIZON.days} days "
+                         f"ahead ({shown_instant(until)} is later): hold until released "
+                         "instead")
 
 
 def check_schedule(schedule: Schedule) -> None:
@@ -204,11 +295,13 @@ def deployment_ids(schedules: Sequence[Schedule]) -> set[str]:
     return {s.deployment_id for s in schedules}
 
 
-def check_enqueue(request: EnqueueRequest, reason: str | None) -> None:
-    """Run now or Replay only, with storable notes."""
+def check_enqueue(request: EnqueueRequest, reason: str | None,
+                  on_behalf_of: str | None = None) -> None:
+    """Run now or Replay only, with storable notes and a bounded idempotency key."""
     if request.trigger not in (Trigger.RUN_NOW, Trigger.REPLAY):
         raise ValueError("enqueue takes run_now or replay")
-    check_notes(requested_by=request.requested_by, reason=reason)
+    check_notes(requested_by=request.requested_by, reason=reason, on_behalf_of=on_behalf_of)
+    check_request_id(request.request_id)
 
 
 def check_limit(limit: object) -> int:
@@ -225,26 +318,40 @@ def utc(value: datetime, what: str) -> datetime:
     return value.astimezone(UTC)
 
 
-_DURATION = re.compile(r"^\+(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?$")
+_DURATION = re.compile(r"^([+-]?)(?:(\d{1,9})d)?(?:(\d{1,9})h)?(?:(\d{1,9})m)?$")
+
+_AHEAD_HINT = ("give a time ahead (+30m, +2h, +1d) or an instant with its time zone "
+               "(2026-12-05T14:00:00Z)")
 
 
 def parse_hold_end(text: str, now: datetime) -> datetime:
     """When a hold ends, as an operator types it: an instant in ISO 8601 with its time zone
     (``2026-12-05T14:00:00Z``, ``2026-12-05 15:00+01:00``), or a time from ``now``
-    (``+90m``, ``+2h``, ``+1d12h``). ValueError, saying what is accepted, for anything else;
-    whether it is still to come is checked where the hold is decided (:func:`check_hold_end`)."""
+    (``+90m``, ``+2h``, ``+1d12h``; the ``+`` may be left out). ValueError, starting with
+    the text as typed and saying what is accepted, for anything else, for a time in the past
+    (``-5m``) and for one more than :data:`HOLD_HORIZON` ahead. ``now`` is the caller's
+    clock; the scheduler checks again on the store's (:func:`check_hold_end`)."""
     value = text.strip()
     match = _DURATION.match(value)
-    if match and any(match.groups()):
-        days, hours, minutes = (int(part or 0) for part in match.groups())
-        return now + timedelta(days=days, hours=hours, minutes=minutes)
-    try:
-        instant = datetime.fromisoformat(value)
-    except ValueError:
-        raise ValueError(f"cannot read {value!r} as the end of a hold: give an instant with its "
-                         "time zone (2026-12-05T14:00:00Z) or a time from now (+90m, +2h, "
-                         "+1d)") from None
-    if instant.tzinfo is None:
-        raise ValueError(f"the end of a hold must say its time zone: {value!r} has none (add "
-                         "Z for UTC, or an offset such as +01:00)")
+    if match and any(match.groups()[1:]):
+        if match.group(1) == "-":
+            raise ValueError(f"{value} is in the past: {_AHEAD_HINT}")
+        days, hours, minutes = (int(part or 0) for part in match.groups()[1:])
+        # nine digits each cannot overflow a timedelta; capped before it meets ``now``
+        ahead = timedelta(days=min(days, 2 * HOLD_HORIZON.days), hours=hours, minutes=minutes)
+        instant = now + min(ahead, 2 * HOLD_HORIZON)
+    else:
+        try:
+            instant = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"{value!r} cannot be read as the end of a hold: "
+                             f"{_AHEAD_HINT}") from None
+        if instant.tzinfo is None:
+            raise ValueError(f"{value} has no time zone: add Z for UTC, or an offset such as "
+                             "+01:00")
+    if instant <= now:
+        raise ValueError(f"{value} is in the past: {_AHEAD_HINT}")
+    if instant > now + HOLD_HORIZON:
+        raise ValueError(f"{value} is more than {HOLD_HORIZON.days} days ahead: a hold that "
+                         "long is a hold until released")
     return instant.astimezone(UTC)

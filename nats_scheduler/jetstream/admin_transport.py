@@ -13,13 +13,21 @@ nobody. :meth:`ServiceBinding.ready` says which it refused (:class:`Subscription
 the server answers one connection's commands in order, and nats-py hands its error to the
 connection's ``error_cb`` (a :class:`~.permissions.ViolationLog`) before it reads the PONG
 of a later PING (``jetstream/permissions.py``).
+
+nats-py 2.16 calls a subscription's handler one message at a time, awaiting each (micro
+endpoints are subscriptions), so one slow request kept every later one of its endpoint
+waiting, unanswered. Here each request is answered in a task of its own, as long as the
+endpoint's :class:`Gate` takes it; else the endpoint's ``busy`` reply goes out at once, from
+the subscription's own loop, without starting anything (:class:`_Lane`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from nats.aio.client import Client
 from nats.micro import add_service
@@ -27,6 +35,7 @@ from nats.micro.request import Request
 from nats.micro.service import Service
 
 from ..settings import NatsSettings
+from ..tasks import cancel_and_wait
 from .connection import connect
 from .permissions import ViolationLog
 
@@ -71,14 +80,55 @@ class Subscriptions:
         return not self.refused
 
 
-def _bound(endpoint: Endpoint) -> Callable[[Request], Awaitable[None]]:
-    """The micro handler that answers each request with what ``endpoint`` replies."""
-    async def handle(request: Request) -> None:
-        reply = await endpoint(AdminRequest(request.data or b"", request.headers,
-                                            request.subject))
-        await request.respond(reply.body, headers=reply.headers)
+STOP_SECONDS = 2.0
+"""How long a stop waits for the requests being answered once they are cancelled."""
 
-    return handle
+
+class Gate(Protocol):
+    """Whether an endpoint takes one more request now (``enter``), and that it is done with
+    one it took (``leave``): the admin service's admission (``admin/admission.py``)."""
+
+    def enter(self) -> bool: ...
+
+    def leave(self) -> None: ...
+
+
+class _Lane:
+    """One endpoint's requests: each answered in a task of its own while ``gate`` takes
+    them; else ``busy`` is the answer, sent at once."""
+
+    def __init__(self, endpoint: Endpoint, gate: Gate, busy: AdminReply,
+                 tasks: set[asyncio.Task[None]]) -> None:
+        self._endpoint = endpoint
+        self._gate = gate
+        self._busy = busy
+        self._tasks = tasks
+
+    async def __call__(self, request: Request) -> None:
+        """The micro handler: returns at once, so the next request is read at once."""
+        if not self._gate.enter():
+            await request.respond(self._busy.body, headers=self._busy.headers)
+            return
+        task = asyncio.create_task(self._answer(request))
+        self._tasks.add(task)
+        task.add_done_callback(self._ended)
+        await asyncio.sleep(0)  # its first step before the next request: a quick answer
+        # (from memory) frees its place at once, and a burst does not hog the loop
+
+    async def _answer(self, request: Request) -> None:
+        try:
+            reply = await self._endpoint(AdminRequest(request.data or b"", request.headers,
+                                                      request.subject))
+            await request.respond(reply.body, headers=reply.headers)
+        finally:
+            self._gate.leave()
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # the endpoint answers every failure itself: this is a reply that could not be
+            # sent (the connection closed); the caller times out and says so
+            log.debug("an admin answer could not be sent", exc_info=task.exception())
 
 
 class ServiceBinding:
@@ -91,6 +141,7 @@ class ServiceBinding:
                  violations: ViolationLog | None = None, mark: int = 0) -> None:
         self._service = service
         self._served_on = served_on
+        self._answering: set[asyncio.Task[None]] = set()
         self.own_connection = own
         """Whether the service serves on a connection of its own (its login)."""
         self._violations = violations
@@ -127,12 +178,13 @@ class ServiceBinding:
         """The service instance's ID (``nats micro info`` names it)."""
         return str(self._service.id)
 
-    async def add_endpoint(self, name: str, subject: str, endpoint: Endpoint, *,
-                           queue_group: str | None = None) -> None:
-        """Serve ``endpoint`` on ``subject`` (in the default queue group unless given)."""
+    async def add_endpoint(self, name: str, subject: str, endpoint: Endpoint, *, gate: Gate,
+                           busy: AdminReply, queue_group: str | None = None) -> None:
+        """Serve ``endpoint`` on ``subject`` (in the default queue group unless given),
+        answering the requests ``gate`` takes and ``busy`` to the others."""
         options = {} if queue_group is None else {"queue_group": queue_group}
-        await self._service.add_endpoint(name=name, subject=subject,
-                                         handler=_bound(endpoint), **options)
+        lane = _Lane(endpoint, gate, busy, self._answering)
+        await self._service.add_endpoint(name=name, subject=subject, handler=lane, **options)
         self._subjects.append(subject)
 
     async def ready(self) -> Subscriptions:
@@ -162,6 +214,9 @@ class ServiceBinding:
             await self._service.stop()
         except Exception:
             log.debug("stopping the admin service failed", exc_info=True)
+        left = await cancel_and_wait(list(self._answering), timeout=STOP_SECONDS)
+        if left:
+            log.warning("%d admin requests were still being answered at the stop", len(left))
         if self.own_connection:
             try:
                 await self._served_on.close()
@@ -169,4 +224,5 @@ class ServiceBinding:
                 log.debug("closing the admin service's connection failed", exc_info=True)
 
 
-__all__ = ["AdminReply", "AdminRequest", "Endpoint", "ServiceBinding", "Subscriptions"]
+__all__ = ["AdminReply", "AdminRequest", "Endpoint", "Gate", "ServiceBinding",
+           "Subscriptions"]

@@ -22,13 +22,13 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from importlib import metadata
 from typing import Literal
 
 from opentelemetry import metrics as otel
 from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
 
 from ..core.events import ScheduleRecord
+from ..release import installed_version
 from ..seam import Trigger
 
 METER_NAME = "astrabox.scheduler.nats"
@@ -194,13 +194,6 @@ class Snapshot:
     :data:`RECENT_FOREIGN`): ``<subject>#<sequence> (<stream kind>): <why>``."""
 
 
-def _version() -> str:
-    try:
-        return metadata.version("astrabox-scheduler-nats")
-    except metadata.PackageNotFoundError:  # running from a source tree
-        return "0.0.0"
-
-
 def _schedule_state(record: ScheduleRecord) -> str | None:
     if record.deleted:
         return None
@@ -218,9 +211,9 @@ class Metrics:
 
     def __init__(self, meter_provider: MeterProvider | None = None) -> None:
         if meter_provider is not None:
-            meter = meter_provider.get_meter(METER_NAME, _version())
+            meter = meter_provider.get_meter(METER_NAME, installed_version())
         else:
-            meter = otel.get_meter(METER_NAME, _version())
+            meter = otel.get_meter(METER_NAME, installed_version())
         self._latency = meter.create_histogram(
             FIRE_LATENESS.name, FIRE_LATENESS.unit, FIRE_LATENESS.description,
             explicit_bucket_boundaries_advisory=LATENESS_BUCKETS)
