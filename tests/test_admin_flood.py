@@ -186,6 +186,24 @@ def test_the_loop_share_drains_at_its_share_and_refuses_past_its_burst() -> None
     assert exempt.enter() and not exempt.enter()  # only its own limit
 
 
+def test_the_share_holds_only_while_the_replica_fires() -> None:
+    """A replica that fires nothing gives its requests the whole loop (a quiet console
+    reads at full speed); from the moment it fires, the share holds at once."""
+    timer, firing = Timer(), [False]
+    share = LoopShare(0.25, 0.5, timer=timer, firing=lambda: firing[0])
+    share.charge(5.0)  # five seconds of the loop, nothing firing
+    assert not share.exhausted()
+    firing[0] = True  # a due time comes: the loop is the firing's from its first moment
+    assert share.exhausted()
+    timer.now += 1.9  # drained 0.475 of twice the burst: still over
+    assert share.exhausted()
+    timer.now += 0.2
+    assert not share.exhausted()  # 25 % of the loop again for the service
+    firing[0] = False
+    share.charge(3.0)
+    assert not share.exhausted()
+
+
 async def test_charged_counts_the_steps_that_hold_the_loop_not_the_waits() -> None:
     timer = Timer()
     share = LoopShare(0.25, 0.5, timer=timer)

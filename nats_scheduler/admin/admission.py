@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Generic, TypeVar
 
 from .api import AdminError, ErrorCode
+from .host import AdminHost
 
 T = TypeVar("T")
 
@@ -53,7 +54,12 @@ ENDPOINT_LIMITS: dict[str, int] = {
 (docs/operations.md, "Under load: busy answers")."""
 
 LOOP_SHARE = 0.25
-"""The share of the event loop's time the admin service's requests may hold, over time."""
+"""The share of the event loop's time the admin service's requests may hold, over time,
+while the replica fires (due times now or within :data:`FIRING_AHEAD`, Runs dispatched);
+a replica that fires nothing gives its requests the whole loop."""
+
+FIRING_AHEAD = 2.0
+"""Seconds before a due time from which the share holds (the loop is the firing's then)."""
 
 LOOP_BURST = 0.5
 """Seconds of the loop the service may hold at once beyond its share (a quiet replica
@@ -68,6 +74,14 @@ BUSY_RETRY_AFTER = 1.0
 """Seconds a busy answer asks the client to wait before asking again."""
 
 
+def fires(host: AdminHost) -> bool:
+    """Whether the replica fires now: due times now or within :data:`FIRING_AHEAD`, or Runs
+    it holds (the share holds then)."""
+    ticker, dispatcher = host.ticker, host.dispatcher
+    return ((ticker is not None and ticker.firing_within(FIRING_AHEAD))
+            or (dispatcher is not None and dispatcher.tasks > 0))
+
+
 def busy_error() -> AdminError:
     """The answer past an endpoint's limit: ``unavailable``, nothing done, ask again later."""
     return AdminError(ErrorCode.UNAVAILABLE, BUSY_MESSAGE, retry_after=BUSY_RETRY_AFTER)
@@ -76,13 +90,22 @@ def busy_error() -> AdminError:
 class LoopShare:
     """A leaky bucket of loop time: each request's steps add what they held the loop
     (:meth:`charge`); it drains at ``share`` seconds per second; over ``burst`` it is
-    :meth:`exhausted` until it drained below again."""
+    :meth:`exhausted` until it drained below again.
+
+    ``firing`` says whether the replica fires now: only then does the share hold. When it
+    begins, the bucket is twice full: the firing has the loop to itself for ``burst /
+    share`` seconds (2 s), then the service its share. While the replica fires nothing, the
+    bucket drains at once (a quiet console reads at full speed).
+    """
 
     def __init__(self, share: float = LOOP_SHARE, burst: float = LOOP_BURST, *,
-                 timer: Callable[[], float] = time.perf_counter) -> None:
+                 timer: Callable[[], float] = time.perf_counter,
+                 firing: Callable[[], bool] = lambda: True) -> None:
         self.share = share
         self.burst = burst
         self._timer = timer
+        self._firing = firing
+        self._fired = True
         self._level = 0.0
         self._at = timer()
         self.charged = 0.0
@@ -90,7 +113,15 @@ class LoopShare:
 
     def _drain(self) -> None:
         now = self._timer()
-        self._level = max(0.0, self._level - (now - self._at) * self.share)
+        firing = self._firing()
+        if not firing:
+            self._level = 0.0
+        elif not self._fired:
+            # the firing's from its first moment: a burst of its own to drain first
+            self._level = max(self._level, 2 * self.burst)
+        else:
+            self._level = max(0.0, self._level - (now - self._at) * self.share)
+        self._fired = firing
         self._at = now
 
     def charge(self, seconds: float) -> None:

@@ -96,6 +96,11 @@ class InFlight(Protocol):
         """The Runs whose handler call this process is making."""
         ...
 
+    @property
+    def tasks(self) -> int:
+        """How many Runs it holds or waits to hold (a count, cheap to ask)."""
+        ...
+
 
 class Planned(Protocol):
     """The ticker, as ``replica.status`` sees it."""
@@ -103,6 +108,10 @@ class Planned(Protocol):
     @property
     def planned(self) -> int:
         """How many Schedules have a planned next due time."""
+        ...
+
+    def firing_within(self, seconds: float) -> bool:
+        """Whether due times are being fired now, or one comes within ``seconds``."""
         ...
 
 

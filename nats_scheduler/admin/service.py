@@ -133,8 +133,8 @@ class AdminService:
         """Whether it serves once started, or why not (this replica's key says it)."""
         self.limits = {**admission.ENDPOINT_LIMITS, **(limits or {})}
         """Endpoint -> requests answered at once (:mod:`.admission`; tests lower them)."""
-        self.share = admission.LoopShare()
-        """The loop time the requests hold, capped (:class:`.admission.LoopShare`)."""
+        self.share = admission.LoopShare(firing=lambda: admission.fires(provider))
+        """The loop time the requests hold, capped while it fires (:mod:`.admission`)."""
         self.status_flight = admission.SingleFlight(
             lambda: charged(self._gather_status(), self.share))
 

@@ -317,6 +317,11 @@ class Ticker:
         finally:
             self._running = False
 
+    def firing_within(self, seconds: float) -> bool:
+        """Whether due times are fired now or one comes within ``seconds`` (admission.py)."""
+        instant, soon = self._next_instant(), self._clock.now() + timedelta(seconds=seconds)
+        return bool(self._fires) or (instant is not None and instant <= soon)
+
     def _next_instant(self) -> datetime | None:
         firsts = ([self._instants[0]] if self._instants else []) + (
             [self._fallbacks[0].look_at] if self._fallbacks else [])
