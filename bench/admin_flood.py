@@ -252,6 +252,9 @@ async def main(args: argparse.Namespace) -> None:
                 figures: dict[str, list[float]] = {}
                 for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:
                     flood = None
+                    # the clock where it stands while the flood runs: the due time LEAD
+                    # seconds ahead (the replica sees it coming, as on a real clock)
+                    clock.set(due - timedelta(seconds=LEAD))
                     if kind != "quiet":
                         flood = await Child.start(
                             "--flood", server.url, PREFIX if kind == "admin" else STANDIN,

@@ -25,6 +25,7 @@ from nats_scheduler.admin.admission import (
     BUSY_RETRY_AFTER,
     ENDPOINT_LIMITS,
     EndpointGate,
+    Firing,
     LoopShare,
     SingleFlight,
     charged,
@@ -188,19 +189,24 @@ def test_the_loop_share_drains_at_its_share_and_refuses_past_its_burst() -> None
 
 def test_the_share_holds_only_while_the_replica_fires() -> None:
     """A replica that fires nothing gives its requests the whole loop (a quiet console
-    reads at full speed); from the moment it fires, the share holds at once."""
-    timer, firing = Timer(), [False]
+    reads at full speed); while it holds Runs, the share holds; when due times come, the
+    share holds from their first moment, without a burst on top."""
+    timer, firing = Timer(), [Firing.QUIET]
     share = LoopShare(0.25, 0.5, timer=timer, firing=lambda: firing[0])
     share.charge(5.0)  # five seconds of the loop, nothing firing
     assert not share.exhausted()
-    firing[0] = True  # a due time comes: the loop is the firing's from its first moment
+    firing[0] = Firing.HOLDING  # Runs held: a burst, then the share
+    share.charge(0.4)
+    assert not share.exhausted()
+    share.charge(0.2)
     assert share.exhausted()
-    timer.now += 1.9  # drained 0.475 of twice the burst: still over
+    firing[0] = Firing.QUIET
+    assert not share.exhausted()
+    firing[0] = Firing.DUE  # due times come: the bucket starts full
+    assert not share.exhausted()
+    share.charge(0.01)
     assert share.exhausted()
-    timer.now += 0.2
-    assert not share.exhausted()  # 25 % of the loop again for the service
-    firing[0] = False
-    share.charge(3.0)
+    timer.now += 0.05  # drains 0.0125: 25 % of the loop for the service
     assert not share.exhausted()
 
 

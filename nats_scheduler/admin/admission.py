@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator
+from enum import Enum
 from typing import Any, Generic, TypeVar
 
 from .api import AdminError, ErrorCode
@@ -53,10 +54,14 @@ ENDPOINT_LIMITS: dict[str, int] = {
 """Endpoint (under ``<P>.admin.``) -> the requests one process answers at once
 (docs/operations.md, "Under load: busy answers")."""
 
-LOOP_SHARE = 0.25
+LOOP_SHARE = 0.1
 """The share of the event loop's time the admin service's requests may hold, over time,
-while the replica fires (due times now or within :data:`FIRING_AHEAD`, Runs dispatched);
-a replica that fires nothing gives its requests the whole loop."""
+while the replica fires (due times now or within :data:`FIRING_AHEAD`, or a herd's Runs
+dispatched: :data:`HERD_RUNS`); a replica that does not gives its requests the whole loop."""
+
+HERD_RUNS = 64
+"""Runs held at once from which the replica counts as firing a herd (a few in flight, their
+handler calls waiting on AstraBox, leave the loop idle)."""
 
 FIRING_AHEAD = 2.0
 """Seconds before a due time from which the share holds (the loop is the firing's then)."""
@@ -74,12 +79,24 @@ BUSY_RETRY_AFTER = 1.0
 """Seconds a busy answer asks the client to wait before asking again."""
 
 
-def fires(host: AdminHost) -> bool:
-    """Whether the replica fires now: due times now or within :data:`FIRING_AHEAD`, or Runs
-    it holds (the share holds then)."""
+class Firing(Enum):
+    """How a replica fires now, as the loop share sees it (:func:`fires`)."""
+
+    QUIET = "quiet"
+    """Nothing due soon, no Run held: the admin service may take the whole loop."""
+    HOLDING = "holding"
+    """A herd's Runs held (:data:`HERD_RUNS` or more): the share holds."""
+    DUE = "due"
+    """Due times fired now, or within :data:`FIRING_AHEAD`: the share holds from the start."""
+
+
+def fires(host: AdminHost) -> Firing:
+    """How the replica fires now (the share holds unless :attr:`Firing.QUIET`)."""
     ticker, dispatcher = host.ticker, host.dispatcher
-    return ((ticker is not None and ticker.firing_within(FIRING_AHEAD))
-            or (dispatcher is not None and dispatcher.tasks > 0))
+    if ticker is not None and ticker.firing_within(FIRING_AHEAD):
+        return Firing.DUE
+    herd = dispatcher is not None and dispatcher.tasks >= HERD_RUNS
+    return Firing.HOLDING if herd else Firing.QUIET
 
 
 def busy_error() -> AdminError:
@@ -92,20 +109,21 @@ class LoopShare:
     (:meth:`charge`); it drains at ``share`` seconds per second; over ``burst`` it is
     :meth:`exhausted` until it drained below again.
 
-    ``firing`` says whether the replica fires now: only then does the share hold. When it
-    begins, the bucket is twice full: the firing has the loop to itself for ``burst /
-    share`` seconds (2 s), then the service its share. While the replica fires nothing, the
-    bucket drains at once (a quiet console reads at full speed).
+    ``firing`` says how the replica fires now (:class:`Firing`): the share holds unless it
+    is :attr:`Firing.QUIET` (then the bucket drains at once: a quiet console reads at full
+    speed). When due times come (:attr:`Firing.DUE`), the bucket starts full: the service
+    has its share from that moment, no burst on top (the requests of a flood that began
+    while the replica was quiet would take the loop the due times need).
     """
 
     def __init__(self, share: float = LOOP_SHARE, burst: float = LOOP_BURST, *,
                  timer: Callable[[], float] = time.perf_counter,
-                 firing: Callable[[], bool] = lambda: True) -> None:
+                 firing: Callable[[], Firing] = lambda: Firing.DUE) -> None:
         self.share = share
         self.burst = burst
         self._timer = timer
         self._firing = firing
-        self._fired = True
+        self._was = Firing.DUE
         self._level = 0.0
         self._at = timer()
         self.charged = 0.0
@@ -114,14 +132,13 @@ class LoopShare:
     def _drain(self) -> None:
         now = self._timer()
         firing = self._firing()
-        if not firing:
+        if firing is Firing.QUIET:
             self._level = 0.0
-        elif not self._fired:
-            # the firing's from its first moment: a burst of its own to drain first
-            self._level = max(self._level, 2 * self.burst)
+        elif firing is Firing.DUE and self._was is not Firing.DUE:
+            self._level = max(self._level, self.burst)  # due times come: the share, no burst
         else:
             self._level = max(0.0, self._level - (now - self._at) * self.share)
-        self._fired = firing
+        self._was = firing
         self._at = now
 
     def charge(self, seconds: float) -> None:
