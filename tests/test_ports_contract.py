@@ -84,6 +84,13 @@ def created(dep: str, due: datetime, at: datetime, *, holder: str | None = None)
                           actor="contract", holder=holder)
 
 
+async def announced_run(p: Process, dep: str, due: datetime, at: datetime) -> RunRecord:
+    """A scheduled Run announced (its history entry, its key), then created, as firing does."""
+    announced = await p.ports.runs.announce(created(dep, due, at).run)
+    event = runcore.indexed(created(dep, due, at), announced.index_seq, announced.created_at)
+    return (await p.ports.runs.create(event, msg_id=scheduled_create_msg_id(dep, due))).run
+
+
 @dataclass(frozen=True)
 class TableEntry:
     """One Schedule as a table holds it (``ports.checkpoints.Entry``)."""
@@ -193,15 +200,8 @@ class PortsContract:
         async with world("a") as a, world("b") as b:
             at = datetime.now(UTC)
 
-            async def make(p: Process, n: int) -> RunRecord:
-                due = DUE + timedelta(days=n)
-                announced = await p.ports.runs.announce(created(dep, due, at).run)
-                event = runcore.indexed(created(dep, due, at), announced.index_seq,
-                                        announced.created_at)
-                return (await p.ports.runs.create(
-                    event, msg_id=scheduled_create_msg_id(dep, due))).run
-
-            made = await asyncio.gather(*(make(p, n) for n in range(40) for p in (a, b)))
+            made = await asyncio.gather(*(announced_run(p, dep, DUE + timedelta(days=n), at)
+                                          for n in range(40) for p in (a, b)))
 
             async def read(before: str | None, limit: int) -> list[RunRecord]:
                 page = await b.ports.history.page(dep, limit, before, None, datetime.now(UTC))
@@ -291,12 +291,7 @@ class PortsContract:
             at = datetime.now(UTC)
             made = []
             for n in range(6):
-                due = DUE + timedelta(days=n)
-                announced = await a.ports.runs.announce(created(dep, due, at).run)
-                event = runcore.indexed(created(dep, due, at), announced.index_seq,
-                                        announced.created_at)
-                made.append((await a.ports.runs.create(
-                    event, msg_id=scheduled_create_msg_id(dep, due))).run)
+                made.append(await announced_run(a, dep, DUE + timedelta(days=n), at))
                 if n in (0, 2, 5):
                     await a.foreign("index", dep)  # first, between, last
 

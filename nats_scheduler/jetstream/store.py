@@ -154,36 +154,53 @@ class Store:
         so a foreign message never wedges the subject; a message of ours stored since is
         still a conflict.
         """
+        headers = {HDR_MSG_ID: msg_id, HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: str(expected_seq)}
         stream = self._stream_of(subject)
 
         async def op() -> tuple[int, bool]:
-            expected = expected_seq
-            for _ in range(MAX_FOREIGN_SKIPS):
-                headers = {HDR_MSG_ID: msg_id, HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: str(expected)}
-                try:
-                    # gathered with the appends other tasks make in this turn of the loop into
-                    # one atomic batch (one acknowledgement); a refused batch is resent one by
-                    # one, so this append gets exactly its own answer (jetstream/acks.py)
-                    ack = await self.acks.publish_grouped(stream, subject, data, headers)
-                    return ack.seq, ack.duplicate
-                except nats.js.errors.APIError as exc:
-                    if not errors.is_conflict(exc):
-                        raise
-                    if judge is None:
-                        last = await self._last(subject)
-                        if last is not None and last.msg_id == msg_id:
-                            return last.seq, True
-                        raise Conflict(subject) from exc
-                    tail = await self._tail(subject, judge, known=expected_seq)
-                    ours = tail.ours
-                    if ours is not None and ours.msg_id == msg_id:
-                        return ours.seq, True
-                    if (ours.seq if ours else 0) != expected_seq or tail.last_seq <= expected:
-                        raise Conflict(subject) from exc
-                    expected = tail.last_seq  # only foreign messages since: append after them
-            raise Conflict(subject)
+            try:
+                # gathered with the appends other tasks make in this turn of the loop into
+                # one atomic batch (one acknowledgement); a refused batch is resent one by
+                # one, so this append gets exactly its own answer (jetstream/acks.py)
+                ack = await self.acks.publish_grouped(stream, subject, data, headers)
+                return ack.seq, ack.duplicate
+            except nats.js.errors.APIError as exc:
+                if not errors.is_conflict(exc):
+                    raise
+                return await self._refused(stream, subject, data, msg_id, expected_seq,
+                                           judge, exc)
 
         return await self.retrying("could not store an event", op, retry_seconds)
+
+    async def _refused(self, stream: str, subject: str, data: bytes, msg_id: str,
+                       expected_seq: int, judge: Judge | None,
+                       exc: Exception) -> tuple[int, bool]:
+        """An append the store refused (its expected sequence): ours after all (a resend
+        after a lost acknowledgement), made after foreign messages (``judge``), or
+        :class:`Conflict`."""
+        expected = expected_seq
+        for _ in range(MAX_FOREIGN_SKIPS):
+            if judge is None:
+                last = await self._last(subject)
+                if last is not None and last.msg_id == msg_id:
+                    return last.seq, True
+                raise Conflict(subject) from exc
+            tail = await self._tail(subject, judge, known=expected_seq)
+            ours = tail.ours
+            if ours is not None and ours.msg_id == msg_id:
+                return ours.seq, True
+            if (ours.seq if ours else 0) != expected_seq or tail.last_seq <= expected:
+                raise Conflict(subject) from exc
+            expected = tail.last_seq  # only foreign messages since: append after them
+            headers = {HDR_MSG_ID: msg_id, HDR_EXPECTED_LAST_SUBJECT_SEQUENCE: str(expected)}
+            try:
+                ack = await self.acks.publish_grouped(stream, subject, data, headers)
+                return ack.seq, ack.duplicate
+            except nats.js.errors.APIError as again:
+                if not errors.is_conflict(again):
+                    raise
+                exc = again
+        raise Conflict(subject) from exc
 
     async def publish(self, subject: str, data: bytes, *, msg_id: str) -> int:
         """Append unconditionally (de-duplicated by ``msg_id``); returns the sequence."""
