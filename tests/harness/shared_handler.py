@@ -37,6 +37,7 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from nats_scheduler.devhost.records import use_wal
 from nats_scheduler.seam import RunInvocation, RunPermanentError
@@ -180,17 +181,25 @@ class SqliteRunHandler:
         On one connection kept open, reading only: a test SIGSTOPs a process blocked here,
         and a connection opened and closed at every poll could be stopped holding the
         file's lock (its WAL switch, or the checkpoint of a last close), so every other
-        process's write failed as "database is locked" until it woke."""
+        process's write failed as "database is locked" until it woke.
+
+        A cancelled wait (the replica lost the Run's lease) leaves its read running in its
+        worker thread; closing the connection under that read crashes CPython's sqlite3
+        (SIGSEGV), so the close waits for the read to end first."""
         conn = await asyncio.to_thread(_reader, self.path)
+        read: asyncio.Future[Any] | None = None
         try:
             while True:
-                row = await asyncio.to_thread(lambda: conn.execute(
+                read = asyncio.ensure_future(asyncio.to_thread(lambda: conn.execute(
                     "SELECT rule FROM rules WHERE deployment_id = ?",
-                    (deployment_id,)).fetchone())
+                    (deployment_id,)).fetchone()))
+                row = await asyncio.shield(read)
                 if (None if row is None else str(row[0])) != rule:
                     return
                 await asyncio.sleep(HANG_POLL_SECONDS)
         finally:
+            if read is not None:
+                await asyncio.wait({read})
             await asyncio.to_thread(conn.close)
 
     def rule(self, deployment_id: str) -> str | None:
