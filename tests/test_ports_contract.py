@@ -119,6 +119,26 @@ async def read_rows(checkpoints: TableCheckpoints, head: CheckpointHead
     return [(row.seq, row.record()) async for rows in checkpoints.rows(head) for row in rows]
 
 
+def history_pages(p: Process, dep: str) -> Callable[[str | None, int], Awaitable[list[RunRecord]]]:
+    """One page of a deployment's history as ``walk`` asks for it (newest first)."""
+
+    async def read(before: str | None, limit: int) -> list[RunRecord]:
+        return (await p.ports.history.page(dep, limit, before, None, datetime.now(UTC))).runs
+
+    return read
+
+
+@contextlib.asynccontextmanager
+async def runs_feed(p: Process):  # type: ignore[no-untyped-def]
+    """A feed of the Runs stream from its end on, subscribed, stopped on the way out."""
+    feed = p.ports.runs.feed(from_seq=await p.ports.runs.end() + 1)
+    await feed.subscribe()
+    try:
+        yield feed
+    finally:
+        await feed.stop()
+
+
 class PortsContract:
     """Every promise of the ports; subclasses give :meth:`world` (processes on one store)."""
 
@@ -178,18 +198,13 @@ class PortsContract:
         self, world: World
     ) -> None:
         dep = f"f{next(IDS)}"
-        async with world("a") as a, world("b") as b:
-            feed = b.ports.runs.feed(from_seq=await b.ports.runs.end() + 1)
-            await feed.subscribe()
-            try:
-                stored = await a.ports.runs.create(created(dep, DUE, datetime.now(UTC)),
-                                                   msg_id="m")
-                assert a.ledger.get(stored.run.run_id) == stored.run  # read your writes
-                await eventually(lambda: b.ledger.get(stored.run.run_id) == stored.run,
-                                 timeout=10)
-                assert feed.applied_seq >= stored.seq
-            finally:
-                await feed.stop()
+        async with world("a") as a, world("b") as b, runs_feed(b) as feed:
+            stored = await a.ports.runs.create(created(dep, DUE, datetime.now(UTC)),
+                                               msg_id="m")
+            assert a.ledger.get(stored.run.run_id) == stored.run  # read your writes
+            await eventually(lambda: b.ledger.get(stored.run.run_id) == stored.run,
+                             timeout=10)
+            assert feed.applied_seq >= stored.seq
 
     # ------------------------------------------------------------------ the history
 
@@ -203,13 +218,9 @@ class PortsContract:
             made = await asyncio.gather(*(announced_run(p, dep, DUE + timedelta(days=n), at)
                                           for n in range(40) for p in (a, b)))
 
-            async def read(before: str | None, limit: int) -> list[RunRecord]:
-                page = await b.ports.history.page(dep, limit, before, None, datetime.now(UTC))
-                return page.runs
-
             for limit in (1, 7, 100):
-                assert_whole(await walk(read, limit), {r.run_id: r for r in made}.values(),
-                             limit)
+                assert_whole(await walk(history_pages(b, dep), limit),
+                             {r.run_id: r for r in made}.values(), limit)
 
     # ------------------------------------------------------------------ foreign messages
 
@@ -217,26 +228,21 @@ class PortsContract:
         self, world: World
     ) -> None:
         dep = f"x{next(IDS)}"
-        async with world("a") as a, world("b") as b:
-            feed = b.ports.runs.feed(from_seq=await b.ports.runs.end() + 1)
-            await feed.subscribe()
-            try:
-                now = datetime.now(UTC)
-                stored = await a.ports.runs.create(created(dep, DUE, now), msg_id="m")
-                await a.foreign("run", dep, stored.run.run_id)
-                fetched = await b.ports.runs.fetch(dep, stored.run.run_id)
-                assert fetched == (stored.seq, stored.run)  # its last event of ours
-                claimed = runcore.claim(stored.run, holder="a", now=now)
-                seq = await a.ports.runs.append(stored.seq, claimed)  # after the foreign one
-                assert await b.ports.runs.find(stored.run.run_id) == (seq, claimed.run)
-                await eventually(lambda: b.ledger.get(stored.run.run_id) == claimed.run,
-                                 timeout=10)
-                assert feed.poisoned == 1  # skipped and counted, never applied
-                with pytest.raises(Conflict):  # a writer behind the Run still loses
-                    await b.ports.runs.append(stored.seq, runcore.claim(stored.run,
-                                                                       holder="b", now=now))
-            finally:
-                await feed.stop()
+        async with world("a") as a, world("b") as b, runs_feed(b) as feed:
+            now = datetime.now(UTC)
+            stored = await a.ports.runs.create(created(dep, DUE, now), msg_id="m")
+            await a.foreign("run", dep, stored.run.run_id)
+            fetched = await b.ports.runs.fetch(dep, stored.run.run_id)
+            assert fetched == (stored.seq, stored.run)  # its last event of ours
+            claimed = runcore.claim(stored.run, holder="a", now=now)
+            seq = await a.ports.runs.append(stored.seq, claimed)  # after the foreign one
+            assert await b.ports.runs.find(stored.run.run_id) == (seq, claimed.run)
+            await eventually(lambda: b.ledger.get(stored.run.run_id) == claimed.run,
+                             timeout=10)
+            assert feed.poisoned == 1  # skipped and counted, never applied
+            with pytest.raises(Conflict):  # a writer behind the Run still loses
+                await b.ports.runs.append(stored.seq, runcore.claim(stored.run,
+                                                                   holder="b", now=now))
 
     async def test_a_run_whose_subject_holds_only_foreign_messages_is_created_once(
         self, world: World
@@ -295,12 +301,8 @@ class PortsContract:
                 if n in (0, 2, 5):
                     await a.foreign("index", dep)  # first, between, last
 
-            async def read(before: str | None, limit: int) -> list[RunRecord]:
-                page = await b.ports.history.page(dep, limit, before, None, datetime.now(UTC))
-                return page.runs
-
             for limit in (1, 4, 100):
-                assert_whole(await walk(read, limit), made, limit)
+                assert_whole(await walk(history_pages(b, dep), limit), made, limit)
 
     async def test_a_foreign_lease_value_is_anyones_to_take_at_once(self, world: World) -> None:
         async with world("a") as a, world("b") as b:

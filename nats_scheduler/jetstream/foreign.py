@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, OrderedDict
 from collections.abc import Callable
+from typing import TypeVar
 
 import msgspec
 
@@ -39,6 +40,7 @@ from ..ports.history import IndexEntry
 from ..ports.leases import LeaseValue
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SEEN_KEPT = 10_000
 """Foreign messages (by subject and sequence) remembered as counted, and subjects warned of:
@@ -56,13 +58,18 @@ def _last_token(subject: str) -> str:
     return untoken(subject.rsplit(".", 1)[-1])
 
 
+def _decoded(decode: Callable[[bytes], T], subject: str, data: bytes) -> T:
+    """``decode(data)``, or :class:`ForeignMessage` with the decoder's reason."""
+    try:
+        return decode(data)
+    except (msgspec.DecodeError, ValueError) as exc:
+        raise ForeignMessage(subject, reason_of(exc)) from exc
+
+
 def schedule_event_on(subject: str, data: bytes) -> ScheduleEventType:
     """The Schedule event stored on ``subject`` (``<P>.sched.<deployment>``), or
     :class:`ForeignMessage`: not an event this release knows, or one of another deployment."""
-    try:
-        event = decode_schedule_event(data)
-    except (msgspec.DecodeError, ValueError) as exc:
-        raise ForeignMessage(subject, reason_of(exc)) from exc
+    event = _decoded(decode_schedule_event, subject, data)
     try:
         filed_under = _last_token(subject)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -76,10 +83,7 @@ def schedule_event_on(subject: str, data: bytes) -> ScheduleEventType:
 def run_event_on(names: Names, subject: str, data: bytes) -> RunEventType:
     """The Run event stored on ``subject`` (``<P>.run.<deployment>.<run>``), or
     :class:`ForeignMessage`: not an event this release knows, or one of another Run."""
-    try:
-        event = decode_run_event(data)
-    except (msgspec.DecodeError, ValueError) as exc:
-        raise ForeignMessage(subject, reason_of(exc)) from exc
+    event = _decoded(decode_run_event, subject, data)
     try:
         ids = names.run_ids_of_subject(subject)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -96,10 +100,7 @@ _index_entry = msgspec.json.Decoder(IndexEntry).decode
 def index_entry_on(subject: str, data: bytes) -> IndexEntry:
     """The history index entry stored on ``subject`` (``<P>.runidx.<deployment>``), or
     :class:`ForeignMessage`."""
-    try:
-        return _index_entry(data)
-    except (msgspec.DecodeError, ValueError) as exc:
-        raise ForeignMessage(subject, reason_of(exc)) from exc
+    return _decoded(_index_entry, subject, data)
 
 
 _lease_value = msgspec.json.Decoder(LeaseValue).decode
@@ -116,10 +117,7 @@ def lease_run_id(subject: str) -> str | None:
 def lease_value_on(subject: str, data: bytes) -> LeaseValue:
     """The lease stored on a key's ``subject``, or :class:`ForeignMessage`: not a lease, or
     one of another Run than the key names."""
-    try:
-        value = _lease_value(data)
-    except (msgspec.DecodeError, ValueError) as exc:
-        raise ForeignMessage(subject, reason_of(exc)) from exc
+    value = _decoded(_lease_value, subject, data)
     if value.run_id != lease_run_id(subject):
         raise ForeignMessage(subject, f"a lease of run {value.run_id!r} under another key")
     return value
@@ -127,10 +125,7 @@ def lease_value_on(subject: str, data: bytes) -> LeaseValue:
 
 def outage_event_on(subject: str, data: bytes) -> OutageEventType:
     """The outage record stored on ``subject``, or :class:`ForeignMessage`."""
-    try:
-        return decode_outage_event(data)
-    except (msgspec.DecodeError, ValueError) as exc:
-        raise ForeignMessage(subject, reason_of(exc)) from exc
+    return _decoded(decode_outage_event, subject, data)
 
 
 def is_ours(judge: Callable[[str, bytes], object], subject: str, data: bytes) -> bool:

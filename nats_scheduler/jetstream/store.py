@@ -178,13 +178,13 @@ class Store:
         """An append the store refused (its expected sequence): ours after all (a resend
         after a lost acknowledgement), made after foreign messages (``judge``), or
         :class:`Conflict`."""
+        if judge is None:
+            last = await self._last(subject)
+            if last is not None and last.msg_id == msg_id:
+                return last.seq, True
+            raise Conflict(subject) from exc
         expected = expected_seq
         for _ in range(MAX_FOREIGN_SKIPS):
-            if judge is None:
-                last = await self._last(subject)
-                if last is not None and last.msg_id == msg_id:
-                    return last.seq, True
-                raise Conflict(subject) from exc
             tail = await self._tail(subject, judge, known=expected_seq)
             ours = tail.ours
             if ours is not None and ours.msg_id == msg_id:
